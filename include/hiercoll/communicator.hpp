@@ -1,0 +1,106 @@
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "hiercoll/export.hpp"
+#include "hiercoll/store.hpp"
+#include "hiercoll/types.hpp"
+
+namespace hiercoll {
+
+namespace core {
+struct WorkState;
+class CommunicatorImpl;
+}  // namespace core
+
+/// Handle to one asynchronous operation. Cheap to copy; all copies share the operation.
+class HIERCOLL_API Work {
+ public:
+  Work() = default;
+  /// True once the operation finished, successfully or not. Never blocks.
+  bool is_completed() const;
+  /// Blocks until the operation finishes and rethrows its error, if any.
+  /// Throws TimeoutError if it has not finished after `timeout` (the operation itself goes on).
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  /// The error the operation ended with, or null. Only meaningful once is_completed().
+  std::exception_ptr error() const;
+
+  explicit Work(std::shared_ptr<core::WorkState> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<core::WorkState> state_;
+};
+
+/// Settings fixed when a communicator is made. Environment knobs (docs/tuning.md) fill the defaults.
+struct HIERCOLL_API CommOptions {
+  /// How long any collective may wait for a peer before failing with TimeoutError (HIERCOLL_TIMEOUT_MS).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// Distinguishes communicators sharing one store. Every rank must pass the same name.
+  std::string name = "world";
+  /// libfabric provider ("tcp", "shm", "efa", ...); empty: HIERCOLL_FABRIC_PROVIDER, else efa if present, else tcp.
+  std::string provider;
+
+  static CommOptions from_env();
+};
+
+/// A group of `size` processes that run collectives together, like an NCCL communicator.
+///
+/// Every rank must issue the same collectives in the same order. Calls return at once with a Work;
+/// operations run in issue order on the communicator's progress thread. Buffers must stay valid
+/// and untouched until the Work completes. Out-of-place and in-place (input == output) are both allowed.
+/// After an operation fails with a timeout or a peer error, the communicator is broken: later
+/// operations fail at once, and the caller should abort() it and create a new one.
+class HIERCOLL_API Communicator {
+ public:
+  /// Joins the group through `store` (all ranks pass stores reaching the same keys). Blocks until every
+  /// rank arrived; a rank that never does makes it throw TimeoutError naming that rank.
+  static Communicator create(std::shared_ptr<Store> store, int rank, int size, CommOptions options = CommOptions::from_env());
+
+  /// Rank, size and store from the environment: HIERCOLL_RANK/HIERCOLL_WORLD_SIZE, torchrun's RANK/WORLD_SIZE or
+  /// Open MPI's OMPI_COMM_WORLD_RANK/SIZE; the store from HIERCOLL_STORE (tcp://host:port or file:///dir), else
+  /// MASTER_ADDR/MASTER_PORT, else (under mpirun) a file store in /tmp named after the MPI job.
+  static Communicator from_env(CommOptions options = CommOptions::from_env());
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  /// Waits for pending operations (each bounded by the timeout), then releases the endpoint.
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+
+  /// out[i] = op over ranks of in[i], count elements on every rank.
+  Work allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op);
+  /// Rank r receives the reduction of elements [r*recv_count, (r+1)*recv_count) of every rank's input.
+  Work reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
+  /// out holds size()*send_count elements: rank r's input at offset r*send_count.
+  Work allgather(const void* in, void* out, size_t send_count, DataType type);
+  /// root's `in` reaches every rank's `out` (root may pass in == out; others' `in` is ignored).
+  Work broadcast(const void* in, void* out, size_t count, DataType type, int root);
+  /// The reduction reaches root's `out` only; other ranks' `out` is not written.
+  Work reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root);
+  /// Block j of `in` (count_per_rank elements) goes to rank j; block i of `out` comes from rank i.
+  Work alltoall(const void* in, void* out, size_t count_per_rank, DataType type);
+  Work barrier();
+  /// Point-to-point. A send matches the recv on `peer` with the same tag; pairs of the same tag match in order.
+  /// Unlike collectives, send/recv run concurrently with later operations, so a send then recv pair on both
+  /// sides cannot deadlock.
+  Work send(const void* buf, size_t count, DataType type, int peer, uint32_t tag = 0);
+  Work recv(void* buf, size_t count, DataType type, int peer, uint32_t tag = 0);
+
+  /// Fails every pending operation and closes the endpoint without waiting for peers.
+  void abort();
+  /// Name of the algorithm that allreduce of `bytes` will use ("ring", "rd", ...).
+  std::string allreduce_algorithm(size_t bytes) const;
+
+ private:
+  explicit Communicator(std::unique_ptr<core::CommunicatorImpl> impl);
+  std::unique_ptr<core::CommunicatorImpl> impl_;
+};
+
+}  // namespace hiercoll

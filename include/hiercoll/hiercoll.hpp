@@ -1,0 +1,7 @@
+#pragma once
+// Umbrella header of the hiercoll C++ API.
+#include "hiercoll/communicator.hpp"
+#include "hiercoll/errors.hpp"
+#include "hiercoll/store.hpp"
+#include "hiercoll/types.hpp"
+#include "hiercoll/version.hpp"

@@ -1,0 +1,98 @@
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hiercoll/export.hpp"
+
+namespace hiercoll {
+
+/// Key-value rendezvous shared by all ranks (the shape of torch.distributed's Store).
+/// Every call is blocking and thread-safe; calls that wait give up after timeout() with TimeoutError.
+class HIERCOLL_API Store {
+ public:
+  using Bytes = std::vector<uint8_t>;
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  /// Waits until `key` exists, then returns its value.
+  virtual Bytes get(const std::string& key) = 0;
+  /// Atomically adds `delta` to the integer stored at `key` (0 if absent) and returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  /// True if every key exists, without waiting.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  /// Waits until every key exists. The TimeoutError names the keys still missing.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
+  std::string get_string(const std::string& key);
+
+ protected:
+  std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
+};
+
+/// A store served over TCP by one process (usually rank 0); the others connect as clients.
+class HIERCOLL_API TcpStore : public Store {
+ public:
+  /// `is_server`: listen on host:port (port 0 picks a free one, see port()); otherwise connect,
+  /// retrying until `timeout` while the server comes up.
+  TcpStore(const std::string& host, uint16_t port, bool is_server,
+           std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  ~TcpStore() override;
+  uint16_t port() const;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  using Store::set;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A store in a directory of a shared file system: one file per key, locks for add().
+class HIERCOLL_API FileStore : public Store {
+ public:
+  explicit FileStore(const std::string& directory, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  using Store::set;
+
+ private:
+  std::string path_of(const std::string& key) const;
+  std::string directory_;
+};
+
+/// Namespaces every key of an underlying store with `prefix/`.
+class HIERCOLL_API PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::set;
+  using Store::wait;
+
+ private:
+  std::string prefixed(const std::string& key) const { return prefix_ + "/" + key; }
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+/// Opens a store from a URL: "tcp://host:port" (rank 0 serves it) or "file:///path/to/dir".
+HIERCOLL_API std::shared_ptr<Store> open_store(const std::string& url, int rank,
+                                               std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+}  // namespace hiercoll

@@ -1,0 +1,40 @@
+#pragma once
+// The flat collectives, each in its own file, all written against Channel. Buffers are host memory;
+// counts are elements of `type`. Each function blocks the calling (progress) thread until done.
+#include <cstddef>
+
+#include "algo/channel.hpp"
+#include "hiercoll/types.hpp"
+
+namespace hiercoll::algo {
+
+/// Ring: pipelined reduce-scatter then allgather; bandwidth-optimal, 2(n-1) latency steps.
+void allreduce_ring(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
+/// Recursive doubling (with folding for non-powers of two): log2(n) steps, for small messages.
+void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
+void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
+void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
+/// Pipelined chain from the root.
+void broadcast_chain(Channel& ch, const void* in, void* out, size_t bytes, int root);
+/// Pipelined chain towards the root.
+void reduce_chain(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op, int root);
+void alltoall_pairwise(Channel& ch, const void* in, void* out, size_t bytes_per_rank);
+void barrier_dissemination(Channel& ch);
+
+// Building blocks shared by the ring algorithms (ring.cpp).
+
+/// Element ranges of the n segments a buffer is cut into.
+struct Segments {
+  std::vector<size_t> offset, count;  // in elements
+  static Segments even(size_t total, int n);   ///< near-equal parts (the first total % n get one more)
+  static Segments blocks(size_t block, int n);  ///< n parts of `block` elements
+};
+
+/// Ring reduce-scatter: afterwards segment ch.rank() of the reduction is in `own_out`. Other segments'
+/// partial sums go to `work` (same layout as `in`; may be `in` itself). Sends read `in` and `work` only.
+void ring_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out, const Segments& segments,
+                         DataType type, ReduceOp op);
+/// Ring allgather: `out` holds segment ch.rank() on entry and every segment on return.
+void ring_allgather(Channel& ch, void* out, const Segments& segments, size_t elem_size);
+
+}  // namespace hiercoll::algo

@@ -1,0 +1,88 @@
+#include "algo/channel.hpp"
+
+#include <cstdlib>
+
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll::algo {
+
+void* Scratch::get(size_t bytes, int which) {
+  Buffer& buffer = buffers_[which];
+  if (buffer.bytes < bytes) {
+    std::free(buffer.data);
+    size_t rounded = (bytes + 63) / 64 * 64;
+    buffer.data = std::aligned_alloc(64, rounded);
+    if (buffer.data == nullptr) throw SystemError("cannot allocate " + std::to_string(bytes) + " bytes of scratch");
+    buffer.bytes = rounded;
+  }
+  return buffer.data;
+}
+
+Scratch::~Scratch() {
+  for (auto& buffer : buffers_) std::free(buffer.data);
+}
+
+Channel::Channel(transport::Endpoint& endpoint, const std::vector<int>& world_ranks, int my_index, uint16_t context,
+                 uint16_t sequence, Clock::time_point deadline, std::string what, const AlgoConfig& config,
+                 Scratch& scratch, const std::atomic<bool>& aborted)
+    : endpoint_(endpoint),
+      world_ranks_(world_ranks),
+      my_index_(my_index),
+      context_(context),
+      sequence_(sequence),
+      deadline_(deadline),
+      what_(std::move(what)),
+      config_(config),
+      scratch_(scratch),
+      aborted_(aborted) {}
+
+RequestPtr Channel::send(int peer, uint32_t step, const void* buffer, size_t bytes) {
+  Tag tag = collective_tag(context_, world_rank(my_index_), sequence_, static_cast<uint16_t>(step));
+  return endpoint_.isend(world_rank(peer), tag, buffer, bytes);
+}
+
+RequestPtr Channel::recv(int peer, uint32_t step, void* buffer, size_t bytes) {
+  Tag tag = collective_tag(context_, world_rank(peer), sequence_, static_cast<uint16_t>(step));
+  return endpoint_.irecv(world_rank(peer), tag, 0, buffer, bytes);
+}
+
+void Channel::wait(const RequestPtr& request) {
+  wait_request(endpoint_, request, request->peer, deadline_, what_, aborted_);
+}
+
+void Channel::wait_all(std::vector<RequestPtr>& requests) {
+  for (auto& request : requests) wait(request);
+  requests.clear();
+}
+
+void check_request(const transport::Request& request, int world_peer, const std::string& what) {
+  std::string peer = "rank " + std::to_string(world_peer);
+  if (request.state.load() == transport::Request::State::kFailed) {
+    throw RemoteError(what + ": " + (request.is_send ? "send to " : "receive from ") + peer + " failed: " +
+                      request.error);
+  }
+  if (!request.is_send && request.bytes_done != request.bytes_posted) {
+    throw InvalidUsageError(what + ": " + peer + " sent " + std::to_string(request.bytes_done) + " bytes where " +
+                            std::to_string(request.bytes_posted) +
+                            " were expected (ranks called this operation with different counts or types)");
+  }
+}
+
+void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int world_peer, Clock::time_point deadline,
+                  const std::string& what, const std::atomic<bool>& aborted) {
+  // Spin briefly (a reply is often microseconds away), then sleep in the provider between completions.
+  auto spin_until = Clock::now() + std::chrono::microseconds(50);
+  while (!request->done()) {
+    auto now = Clock::now();
+    if (aborted.load(std::memory_order_relaxed)) throw RemoteError(what + ": the communicator was aborted");
+    if (now >= deadline) {
+      throw TimeoutError(what + ": timed out waiting " + (request->is_send ? "to send to" : "for data from") +
+                         " rank " + std::to_string(world_peer) +
+                         " (is it alive, and did it call the same operation?)");
+    }
+    endpoint.progress(now < spin_until ? std::chrono::microseconds(0) : std::chrono::microseconds(2000));
+  }
+  check_request(*request, world_peer, what);
+}
+
+}  // namespace hiercoll::algo

@@ -1,0 +1,199 @@
+// The public Communicator: checks every argument on the caller's thread (so bad input is an immediate
+// InvalidUsageError and leaves the communicator usable), then hands the work to the progress thread.
+#include "hiercoll/communicator.hpp"
+
+#include <cstring>
+#include <sstream>
+
+#include "algo/algorithms.hpp"
+#include "core/communicator_impl.hpp"
+#include "core/env.hpp"
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll {
+namespace {
+
+using core::CommunicatorImpl;
+
+std::string describe(const char* op, size_t count, DataType type) {
+  std::ostringstream out;
+  out << op << "(" << count << " x " << to_string(type) << ")";
+  return out.str();
+}
+
+size_t checked_bytes(const char* op, size_t count, DataType type, size_t multiplier = 1) {
+  if (static_cast<int>(type) >= kNumDataTypes) {
+    throw InvalidUsageError(std::string(op) + ": unknown data type " + std::to_string(static_cast<int>(type)));
+  }
+  size_t elem = dtype_size(type);
+  if (count != 0 && (count > SIZE_MAX / elem / multiplier)) {
+    throw InvalidUsageError(std::string(op) + ": count " + std::to_string(count) + " overflows the address space");
+  }
+  return count * elem * multiplier;
+}
+
+void check_buffer(const char* op, const char* name, const void* buffer, size_t bytes, DataType type) {
+  if (bytes == 0) return;
+  if (buffer == nullptr) throw InvalidUsageError(std::string(op) + ": " + name + " buffer is null");
+  if (reinterpret_cast<uintptr_t>(buffer) % dtype_size(type) != 0) {
+    std::ostringstream out;
+    out << op << ": " << name << " buffer " << buffer << " is not aligned to the " << dtype_size(type) << "-byte "
+        << to_string(type) << " element";
+    throw InvalidUsageError(out.str());
+  }
+}
+
+// In and out may be the same buffer (in place) or disjoint, never partly overlapping.
+void check_overlap(const char* op, const void* in, size_t in_bytes, const void* out, size_t out_bytes,
+                   const void* in_place_at) {
+  if (in_bytes == 0 || out_bytes == 0 || in == in_place_at) return;
+  auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+  if (a < b + out_bytes && b < a + in_bytes) {
+    throw InvalidUsageError(std::string(op) + ": input and output buffers overlap without being the in-place form");
+  }
+}
+
+void check_op(const char* op, DataType type, ReduceOp reduce_op) {
+  if (static_cast<int>(reduce_op) >= kNumReduceOps) {
+    throw InvalidUsageError(std::string(op) + ": unknown reduce op " + std::to_string(static_cast<int>(reduce_op)));
+  }
+  if (reduce_op == ReduceOp::kAvg && !is_floating(type)) {
+    throw InvalidUsageError(std::string(op) + ": avg is defined on floating types only, not " + to_string(type));
+  }
+}
+
+void check_rank(const char* op, const char* what, int rank, int size) {
+  if (rank < 0 || rank >= size) {
+    throw InvalidUsageError(std::string(op) + ": " + what + " " + std::to_string(rank) + " is not a rank of this " +
+                            std::to_string(size) + "-rank communicator");
+  }
+}
+
+}  // namespace
+
+CommOptions CommOptions::from_env() {
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(core::env_int("HIERCOLL_TIMEOUT_MS", options.timeout.count()));
+  options.provider = core::env_string("HIERCOLL_FABRIC_PROVIDER").value_or("");
+  return options;
+}
+
+Communicator::Communicator(std::unique_ptr<core::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+Communicator Communicator::create(std::shared_ptr<Store> store, int rank, int size, CommOptions options) {
+  return Communicator(std::make_unique<CommunicatorImpl>(std::move(store), rank, size, std::move(options)));
+}
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::size() const { return impl_->size(); }
+
+Work Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) {
+  size_t bytes = checked_bytes("allreduce", count, type);
+  check_op("allreduce", type, op);
+  check_buffer("allreduce", "input", in, bytes, type);
+  check_buffer("allreduce", "output", out, bytes, type);
+  check_overlap("allreduce", in, bytes, out, bytes, out);
+  auto algo = impl_->choose_allreduce(bytes);
+  std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" +
+                     (algo == core::AllreduceAlgo::kRing ? "ring" : "rd") + "]";
+  return impl_->enqueue_collective(what, [=](algo::Channel& ch) {
+    if (algo == core::AllreduceAlgo::kRing) {
+      algo::allreduce_ring(ch, in, out, count, type, op);
+    } else {
+      algo::allreduce_recursive_doubling(ch, in, out, count, type, op);
+    }
+  });
+}
+
+Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op) {
+  size_t out_bytes = checked_bytes("reduce_scatter", recv_count, type);
+  size_t in_bytes = checked_bytes("reduce_scatter", recv_count, type, static_cast<size_t>(size()));
+  check_op("reduce_scatter", type, op);
+  check_buffer("reduce_scatter", "input", in, in_bytes, type);
+  check_buffer("reduce_scatter", "output", out, out_bytes, type);
+  check_overlap("reduce_scatter", in, in_bytes, out, out_bytes,
+                static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
+  return impl_->enqueue_collective(describe("reduce_scatter", recv_count, type) + " " + to_string(op),
+                                   [=](algo::Channel& ch) { algo::reduce_scatter_ring(ch, in, out, recv_count, type, op); });
+}
+
+Work Communicator::allgather(const void* in, void* out, size_t send_count, DataType type) {
+  size_t in_bytes = checked_bytes("allgather", send_count, type);
+  size_t out_bytes = checked_bytes("allgather", send_count, type, static_cast<size_t>(size()));
+  check_buffer("allgather", "input", in, in_bytes, type);
+  check_buffer("allgather", "output", out, out_bytes, type);
+  check_overlap("allgather", in, in_bytes, out, out_bytes,
+                static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
+  return impl_->enqueue_collective(describe("allgather", send_count, type),
+                                   [=](algo::Channel& ch) { algo::allgather_ring(ch, in, out, send_count, type); });
+}
+
+Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root) {
+  size_t bytes = checked_bytes("broadcast", count, type);
+  check_rank("broadcast", "root", root, size());
+  if (rank() == root) check_buffer("broadcast", "input", in, bytes, type);
+  check_buffer("broadcast", "output", out, bytes, type);
+  if (rank() == root) check_overlap("broadcast", in, bytes, out, bytes, out);
+  return impl_->enqueue_collective(describe("broadcast", count, type) + " root " + std::to_string(root),
+                                   [=](algo::Channel& ch) { algo::broadcast_chain(ch, in, out, bytes, root); });
+}
+
+Work Communicator::reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) {
+  size_t bytes = checked_bytes("reduce", count, type);
+  check_op("reduce", type, op);
+  check_rank("reduce", "root", root, size());
+  check_buffer("reduce", "input", in, bytes, type);
+  if (rank() == root) {
+    check_buffer("reduce", "output", out, bytes, type);
+    check_overlap("reduce", in, bytes, out, bytes, out);
+  }
+  return impl_->enqueue_collective(describe("reduce", count, type) + " " + to_string(op) + " root " +
+                                       std::to_string(root),
+                                   [=](algo::Channel& ch) { algo::reduce_chain(ch, in, out, count, type, op, root); });
+}
+
+Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, DataType type) {
+  size_t block = checked_bytes("alltoall", count_per_rank, type);
+  size_t bytes = checked_bytes("alltoall", count_per_rank, type, static_cast<size_t>(size()));
+  check_buffer("alltoall", "input", in, bytes, type);
+  check_buffer("alltoall", "output", out, bytes, type);
+  check_overlap("alltoall", in, bytes, out, bytes, out);
+  return impl_->enqueue_collective(describe("alltoall", count_per_rank, type),
+                                   [=](algo::Channel& ch) { algo::alltoall_pairwise(ch, in, out, block); });
+}
+
+Work Communicator::barrier() {
+  return impl_->enqueue_collective("barrier", [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
+}
+
+Work Communicator::send(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+  size_t bytes = checked_bytes("send", count, type);
+  check_rank("send", "peer", peer, size());
+  if (peer == rank()) throw InvalidUsageError("send: peer " + std::to_string(peer) + " is this rank");
+  check_buffer("send", "input", buf, bytes, type);
+  auto context = impl_->context();
+  int me = rank();
+  return impl_->enqueue_p2p(describe("send", count, type) + " to rank " + std::to_string(peer), peer,
+                            [=](transport::Endpoint& ep) { return ep.isend(peer, algo::p2p_tag(context, me, tag), buf, bytes); });
+}
+
+Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
+  size_t bytes = checked_bytes("recv", count, type);
+  check_rank("recv", "peer", peer, size());
+  if (peer == rank()) throw InvalidUsageError("recv: peer " + std::to_string(peer) + " is this rank");
+  check_buffer("recv", "output", buf, bytes, type);
+  auto context = impl_->context();
+  return impl_->enqueue_p2p(describe("recv", count, type) + " from rank " + std::to_string(peer), peer,
+                            [=](transport::Endpoint& ep) {
+                              return ep.irecv(peer, algo::p2p_tag(context, peer, tag), 0, buf, bytes);
+                            });
+}
+
+void Communicator::abort() { impl_->abort(); }
+
+std::string Communicator::allreduce_algorithm(size_t bytes) const { return impl_->allreduce_algorithm(bytes); }
+
+}  // namespace hiercoll

@@ -1,0 +1,251 @@
+#include "core/communicator_impl.hpp"
+
+#include <map>
+#include <sstream>
+
+#include "algo/algorithms.hpp"
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "hiercoll/errors.hpp"
+#include "reduce/reduce.hpp"
+
+namespace hiercoll::core {
+namespace {
+
+uint16_t context_of(const std::string& name) {
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (unsigned char c : name) hash = (hash ^ c) * 16777619u;
+  return static_cast<uint16_t>(hash ^ (hash >> 16));
+}
+
+// Communicators made with the same name on one store get distinct key spaces: every rank makes them in
+// the same order, so the k-th communicator named N uses prefix "N#k" everywhere.
+std::string next_instance_name(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, int> made;
+  std::lock_guard<std::mutex> lock(mutex);
+  return name + "#" + std::to_string(made[name]++);
+}
+
+std::string missing_ranks(Store& store, int size) {
+  std::string list;
+  for (int r = 0; r < size; ++r) {
+    if (!store.check({"addr/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return list;
+}
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
+    : rank_(rank), size_(size), options_(std::move(options)) {
+  if (!store) throw InvalidUsageError("Communicator::create: store is null");
+  if (size < 1 || size > algo::kMaxWorldRanks) {
+    throw InvalidUsageError("Communicator::create: size " + std::to_string(size) + " is outside 1.." +
+                            std::to_string(algo::kMaxWorldRanks));
+  }
+  if (rank < 0 || rank >= size) {
+    throw InvalidUsageError("Communicator::create: rank " + std::to_string(rank) + " is outside 0.." +
+                            std::to_string(size - 1));
+  }
+  if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
+  set_log_rank(rank);
+
+  algo_config_.chunk_bytes = env_bytes("HIERCOLL_CHUNK_BYTES", algo_config_.chunk_bytes);
+  algo_config_.slots = static_cast<int>(env_int("HIERCOLL_PIPELINE_SLOTS", algo_config_.slots));
+  if (algo_config_.chunk_bytes == 0 || algo_config_.slots < 1) {
+    throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
+  }
+  small_message_bytes_ = env_bytes("HIERCOLL_SMALL_MSG_BYTES", small_message_bytes_);
+  if (auto algo = env_string("HIERCOLL_ALGO")) {
+    if (*algo == "ring") forced_allreduce_ = AllreduceAlgo::kRing;
+    else if (*algo == "rd") forced_allreduce_ = AllreduceAlgo::kRecursiveDoubling;
+    else throw InvalidUsageError("HIERCOLL_ALGO='" + *algo + "' is not one of: ring, rd");
+  }
+
+  transport::FabricOptions fabric;
+  fabric.provider = options_.provider;
+  fabric.interface = env_string("HIERCOLL_FABRIC_IFACE").value_or("");
+  fabric.force_mr = env_int("HIERCOLL_FABRIC_FORCE_MR", 0) != 0;
+  fabric.mr_cache_entries = static_cast<size_t>(env_int("HIERCOLL_MR_CACHE_ENTRIES", 64));
+  endpoint_ = transport::open_fabric_endpoint(fabric);
+
+  for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
+  std::string instance = next_instance_name(options_.name);
+  context_ = context_of(instance);
+  store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
+  bootstrap(*store_);
+  thread_ = std::thread([this] { progress_loop(); });
+
+  // Everyone has connected once this barrier passes, so no rank still needs the store.
+  enqueue_collective("init barrier", [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
+  HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
+                                       << endpoint_->provider() << ", reduce isa "
+                                       << reduce::to_string(reduce::active_isa()) << ", chunk "
+                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots
+                                       << " slots, small-message threshold " << small_message_bytes_ << " B");
+}
+
+void CommunicatorImpl::bootstrap(Store& store) {
+  store.set("addr/" + std::to_string(rank_), endpoint_->address());
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back("addr/" + std::to_string(r));
+  try {
+    store.wait(keys, options_.timeout);
+  } catch (const TimeoutError&) {
+    throw TimeoutError("Communicator::create: rank(s) " + missing_ranks(store, size_) + " of " +
+                       std::to_string(size_) + " never arrived within " + std::to_string(options_.timeout.count()) +
+                       " ms (communicator '" + options_.name + "')");
+  }
+  std::vector<std::vector<uint8_t>> addresses;
+  for (const auto& key : keys) addresses.push_back(store.get(key));
+  endpoint_->connect(rank_, addresses);
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CommunicatorImpl::abort() {
+  aborted_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Work CommunicatorImpl::push(Op op) {
+  op.state = std::make_shared<WorkState>();
+  Work work(op.state);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) throw InvalidUsageError(op.what + ": the communicator was aborted or destroyed");
+    queue_.push_back(std::move(op));
+  }
+  queue_cv_.notify_one();
+  return work;
+}
+
+Work CommunicatorImpl::enqueue_collective(std::string what, std::function<void(algo::Channel&)> body) {
+  Op op;
+  op.what = what;
+  op.run = [this, what, body = std::move(body)](const std::shared_ptr<WorkState>&) {
+    auto deadline = algo::Clock::now() + options_.timeout;
+    algo::Channel channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, deadline,
+                          what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
+    body(channel);
+  };
+  return push(std::move(op));
+}
+
+Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
+                                   std::function<transport::RequestPtr(transport::Endpoint&)> post) {
+  Op op;
+  op.what = what;
+  op.completes_later = true;
+  op.run = [this, what, peer, post = std::move(post)](const std::shared_ptr<WorkState>& state) {
+    p2p_.push_back({post(*endpoint_), state, peer, algo::Clock::now() + options_.timeout, what});
+  };
+  return push(std::move(op));
+}
+
+void CommunicatorImpl::run_op(Op& op) {
+  std::exception_ptr failure;
+  if (aborted_) {
+    failure = std::make_exception_ptr(RemoteError(op.what + ": the communicator was aborted"));
+  } else if (!broken_.empty()) {
+    failure = std::make_exception_ptr(
+        RemoteError(op.what + ": the communicator is broken by an earlier error: " + broken_));
+  } else {
+    try {
+      op.run(op.state);
+    } catch (const Error& e) {
+      failure = std::current_exception();
+      broken_ = e.what();
+    } catch (const std::exception& e) {
+      failure = std::make_exception_ptr(InternalError(op.what + ": " + e.what()));
+      broken_ = e.what();
+    }
+    if (failure) {
+      HIERCOLL_LOG(kWarn, broken_);
+      // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
+      endpoint_->cancel_all(op.what + " failed");
+      poll_p2p(true, "the communicator is broken by an earlier error: " + broken_);
+    }
+  }
+  if (!op.completes_later || failure) op.state->finish(failure);
+}
+
+void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
+  auto now = algo::Clock::now();
+  for (auto it = p2p_.begin(); it != p2p_.end();) {
+    std::exception_ptr failure;
+    bool finished = it->request->done();
+    if (finished) {
+      try {
+        algo::check_request(*it->request, it->peer, it->what);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    } else if (all_failed) {
+      failure = std::make_exception_ptr(RemoteError(it->what + ": " + reason));
+      finished = true;
+    } else if (now >= it->deadline) {
+      failure = std::make_exception_ptr(TimeoutError(it->what + ": rank " + std::to_string(it->peer) +
+                                                     " did not match it within " +
+                                                     std::to_string(options_.timeout.count()) + " ms"));
+      finished = true;
+    }
+    if (finished) {
+      it->state->finish(failure);
+      it = p2p_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CommunicatorImpl::progress_loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (queue_.empty() && p2p_.empty()) {
+        queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      }
+      if (queue_.empty()) {
+        if (stopping_ && (p2p_.empty() || aborted_)) break;
+        lock.unlock();
+        endpoint_->progress(std::chrono::milliseconds(1));  // only point-to-point work is pending
+        poll_p2p(false, {});
+        continue;
+      }
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_op(op);
+    poll_p2p(false, {});
+  }
+  if (aborted_) {
+    endpoint_->cancel_all("the communicator was aborted");
+    poll_p2p(true, "the communicator was aborted");
+  }
+}
+
+AllreduceAlgo CommunicatorImpl::choose_allreduce(size_t bytes) const {
+  if (forced_allreduce_ != AllreduceAlgo::kAuto) return forced_allreduce_;
+  return bytes <= small_message_bytes_ ? AllreduceAlgo::kRecursiveDoubling : AllreduceAlgo::kRing;
+}
+
+std::string CommunicatorImpl::allreduce_algorithm(size_t bytes) const {
+  return choose_allreduce(bytes) == AllreduceAlgo::kRing ? "ring" : "rd";
+}
+
+}  // namespace hiercoll::core

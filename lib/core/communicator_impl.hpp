@@ -1,0 +1,86 @@
+#pragma once
+// The engine behind hiercoll::Communicator: one progress thread owns the endpoint and runs operations in
+// issue order; point-to-point requests complete beside them.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algo/channel.hpp"
+#include "core/work_state.hpp"
+#include "hiercoll/communicator.hpp"
+#include "transport/transport.hpp"
+
+namespace hiercoll::core {
+
+/// Allreduce algorithms the selector knows (HIERCOLL_ALGO forces one).
+enum class AllreduceAlgo { kAuto, kRing, kRecursiveDoubling };
+
+class CommunicatorImpl {
+ public:
+  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options);
+  ~CommunicatorImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// Runs `body` on the progress thread with a Channel over all ranks. `what` names it in errors.
+  Work enqueue_collective(std::string what, std::function<void(algo::Channel&)> body);
+  /// Posts a point-to-point request on the progress thread; the Work completes with the request.
+  Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
+
+  void abort();
+  std::string allreduce_algorithm(size_t bytes) const;
+  AllreduceAlgo choose_allreduce(size_t bytes) const;
+  uint16_t context() const { return context_; }
+
+ private:
+  struct Op {
+    std::string what;
+    std::function<void(const std::shared_ptr<WorkState>&)> run;
+    std::shared_ptr<WorkState> state;
+    bool completes_later = false;  // point-to-point: finished by poll_p2p, not when run returns
+  };
+  struct PendingP2P {
+    transport::RequestPtr request;
+    std::shared_ptr<WorkState> state;
+    int peer;
+    algo::Clock::time_point deadline;
+    std::string what;
+  };
+
+  void bootstrap(Store& store);
+  void progress_loop();
+  void run_op(Op& op);
+  void poll_p2p(bool all_failed, const std::string& reason);
+  Work push(Op op);
+
+  int rank_, size_;
+  CommOptions options_;
+  uint16_t context_ = 0;
+  uint16_t sequence_ = 0;
+  algo::AlgoConfig algo_config_;
+  AllreduceAlgo forced_allreduce_ = AllreduceAlgo::kAuto;
+  size_t small_message_bytes_ = 64 << 10;
+  std::vector<int> world_ranks_;
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  algo::Scratch scratch_;
+
+  std::mutex mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Op> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> aborted_{false};
+  std::string broken_;  // first fatal error; later operations fail with it (progress thread only)
+  std::list<PendingP2P> p2p_;  // progress thread only
+  std::thread thread_;
+};
+
+}  // namespace hiercoll::core

@@ -1,0 +1,17 @@
+#pragma once
+// Environment knobs, read the way NCCL reads NCCL_*: unset means default, a malformed value is an error
+// that names the variable. Every knob is listed in docs/tuning.md.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace hiercoll::core {
+
+std::optional<std::string> env_string(const char* name);
+int64_t env_int(const char* name, int64_t fallback);
+/// Byte counts accept K, M, G suffixes (powers of 1024): HIERCOLL_CHUNK_BYTES=512K.
+uint64_t env_bytes(const char* name, uint64_t fallback);
+/// Parses "64M"-style sizes; throws InvalidUsageError mentioning `what` on bad input.
+uint64_t parse_bytes(const std::string& text, const std::string& what);
+
+}  // namespace hiercoll::core

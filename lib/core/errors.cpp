@@ -1,0 +1,69 @@
+#include "hiercoll/errors.hpp"
+
+#include "hiercoll/types.hpp"
+#include "hiercoll/version.hpp"
+
+namespace hiercoll {
+
+const char* version() { return HIERCOLL_VERSION_STRING; }
+
+const char* to_string(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidUsage: return "invalid usage";
+    case ErrorCode::kTimeout: return "timeout";
+    case ErrorCode::kRemoteError: return "remote error";
+    case ErrorCode::kSystemError: return "system error";
+    case ErrorCode::kFabricError: return "fabric error";
+    case ErrorCode::kCudaError: return "CUDA error";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "unknown error";
+}
+
+Error::Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+
+size_t dtype_size(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return 4;
+    case DataType::kFloat64: return 8;
+    case DataType::kFloat16: return 2;
+    case DataType::kBFloat16: return 2;
+    case DataType::kInt8: return 1;
+    case DataType::kUInt8: return 1;
+    case DataType::kInt32: return 4;
+    case DataType::kInt64: return 8;
+  }
+  throw InvalidUsageError("unknown data type " + std::to_string(static_cast<int>(type)));
+}
+
+bool is_floating(DataType type) {
+  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
+         type == DataType::kBFloat16;
+}
+
+const char* to_string(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kFloat16: return "float16";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kInt8: return "int8";
+    case DataType::kUInt8: return "uint8";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+  }
+  return "unknown";
+}
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "unknown";
+}
+
+}  // namespace hiercoll

@@ -1,0 +1,43 @@
+#include "core/log.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+
+#include "core/env.hpp"
+
+namespace hiercoll::core {
+namespace {
+std::atomic<int> g_log_rank{-1};
+
+LogLevel read_level() {
+  auto value = env_string("HIERCOLL_DEBUG");
+  if (!value) return LogLevel::kWarn;
+  if (*value == "INFO") return LogLevel::kInfo;
+  if (*value == "TRACE") return LogLevel::kTrace;
+  return LogLevel::kWarn;
+}
+}  // namespace
+
+LogLevel log_level() {
+  static const LogLevel level = read_level();
+  return level;
+}
+
+void set_log_rank(int rank) { g_log_rank = rank; }
+
+void log_line(LogLevel level, const std::string& message) {
+  static const std::string host = [] {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    return std::string(name);
+  }();
+  const char* tag = level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE";
+  // One fprintf per line so lines of concurrent ranks do not interleave mid-line.
+  std::fprintf(stderr, "%s:%d [%d] HIERCOLL %s %s\n", host.c_str(), static_cast<int>(getpid()), g_log_rank.load(), tag,
+               message.c_str());
+}
+
+}  // namespace hiercoll::core

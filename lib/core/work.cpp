@@ -1,0 +1,31 @@
+#include "core/work_state.hpp"
+#include "hiercoll/communicator.hpp"
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll {
+
+bool Work::is_completed() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  auto finished = [&] { return state_->done; };
+  if (timeout == std::chrono::milliseconds::max()) {
+    state_->done_cv.wait(lock, finished);
+  } else if (!state_->done_cv.wait_for(lock, timeout, finished)) {
+    throw TimeoutError("Work::wait: the operation did not finish within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+std::exception_ptr Work::error() const {
+  if (!state_) return nullptr;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->error;
+}
+
+}  // namespace hiercoll

@@ -1,0 +1,93 @@
+// Picks the kernel table for this CPU once, and checks arguments before any kernel runs.
+#include "core/env.hpp"
+#include "hiercoll/errors.hpp"
+#include "reduce/cpu/half.hpp"
+#include "reduce/cpu/kernel_table.hpp"
+#include "reduce/reduce.hpp"
+
+namespace hiercoll::reduce {
+namespace {
+
+const KernelTable& table_for(Isa isa) {
+  static const KernelTable scalar_table = scalar::make_kernel_table();
+  static const KernelTable avx2_table = avx2::make_kernel_table();
+  static const KernelTable avx512_table = avx512::make_kernel_table();
+  switch (isa) {
+    case Isa::kAvx512: return avx512_table;
+    case Isa::kAvx2: return avx2_table;
+    default: return scalar_table;
+  }
+}
+
+Isa choose_isa() {
+  Isa best = isa_supported(Isa::kAvx512) ? Isa::kAvx512 : isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+  auto wanted = core::env_string("HIERCOLL_CPU_ISA");
+  if (!wanted) return best;
+  Isa requested;
+  if (*wanted == "scalar") requested = Isa::kScalar;
+  else if (*wanted == "avx2") requested = Isa::kAvx2;
+  else if (*wanted == "avx512") requested = Isa::kAvx512;
+  else throw InvalidUsageError("HIERCOLL_CPU_ISA='" + *wanted + "' is not scalar, avx2 or avx512");
+  if (!isa_supported(requested)) throw InvalidUsageError("HIERCOLL_CPU_ISA=" + *wanted + ": this CPU lacks it");
+  return requested;
+}
+
+void check_op(DataType type, ReduceOp op) {
+  if (static_cast<int>(type) >= kNumDataTypes) {
+    throw InvalidUsageError("unknown data type " + std::to_string(static_cast<int>(type)));
+  }
+  if (static_cast<int>(op) >= kNumReduceOps) {
+    throw InvalidUsageError("unknown reduce op " + std::to_string(static_cast<int>(op)));
+  }
+}
+
+}  // namespace
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+}
+
+Isa active_isa() {
+  static const Isa isa = choose_isa();
+  return isa;
+}
+
+const char* to_string(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
+  check_op(type, op);
+  if (count == 0) return;
+  table_for(isa).reduce[static_cast<size_t>(type)][static_cast<size_t>(op)](dst, a, b, count);
+}
+
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
+  reduce_with(active_isa(), dst, a, b, count, type, op);
+}
+
+void divide(void* buffer, size_t count, DataType type, int divisor) {
+  check_op(type, ReduceOp::kAvg);
+  DivideFn fn = table_for(active_isa()).divide[static_cast<size_t>(type)];
+  if (fn == nullptr) throw InvalidUsageError(std::string("average is not defined on ") + to_string(type));
+  if (count > 0) fn(buffer, count, divisor);
+}
+
+float half_to_float(uint16_t h) { return detail::half_to_float(h); }
+uint16_t float_to_half(float f) { return detail::float_to_half(f); }
+float bf16_to_float(uint16_t b) { return detail::bf16_to_float(b); }
+uint16_t float_to_bf16(float f) { return detail::float_to_bf16(f); }
+
+}  // namespace hiercoll::reduce

@@ -1,0 +1,32 @@
+#pragma once
+// Element-wise reduction kernels on host memory, picked at run time for the CPU (AVX-512, AVX2, scalar).
+// fp16 and bf16 are reduced in fp32 and rounded once per call (round to nearest even).
+// Integer sums and products wrap around, as in NCCL.
+#include <cstddef>
+
+#include "hiercoll/types.hpp"
+
+namespace hiercoll::reduce {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+/// dst[i] = a[i] op b[i] for i < count. dst may be a or b (exactly), never partially overlap them.
+/// kAvg reduces like kSum; finish an average with divide().
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+/// buffer[i] /= divisor. Floating types only.
+void divide(void* buffer, size_t count, DataType type, int divisor);
+
+/// The instruction set the dispatcher chose (HIERCOLL_CPU_ISA=scalar|avx2|avx512 lowers it).
+Isa active_isa();
+const char* to_string(Isa isa);
+bool isa_supported(Isa isa);
+/// reduce() with one instruction set's kernels, for tests and benchmarks. Requires isa_supported(isa).
+void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+
+/// fp16 / bf16 conversions shared by kernels and tests (round to nearest even; NaN stays NaN).
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);
+
+}  // namespace hiercoll::reduce

@@ -1,0 +1,133 @@
+#include "store/socket.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll::store {
+namespace {
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw SystemError(what + ": " + std::strerror(errno));
+}
+
+addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* result = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
+  if (rc != 0) throw SystemError("store: cannot resolve '" + host + "': " + gai_strerror(rc));
+  return result;
+}
+
+}  // namespace
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+Socket::~Socket() { close(); }
+
+int Socket::release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+void Socket::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void Socket::send_all(const void* data, size_t size) {
+  auto* bytes = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd_, bytes, size, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("store: send");
+    }
+    bytes += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void Socket::recv_all(void* data, size_t size, Clock::time_point deadline) {
+  auto* bytes = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) throw TimeoutError("store: no reply from the store server in time");
+    pollfd pfd{fd_, POLLIN, 0};
+    int rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (rc < 0 && errno != EINTR) throw_errno("store: poll");
+    if (rc <= 0) continue;
+    ssize_t n = ::recv(fd_, bytes, size, 0);
+    if (n == 0) throw SystemError("store: the store server closed the connection");
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw_errno("store: recv");
+    }
+    bytes += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+Socket Socket::listen_on(const std::string& host, uint16_t port) {
+  addrinfo* list = resolve(host, port, true);
+  std::string last_error = "no address";
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    Socket sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!sock.valid()) continue;
+    int one = 1;
+    setsockopt(sock.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(sock.fd(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(sock.fd(), 1024) == 0) {
+      freeaddrinfo(list);
+      return sock;
+    }
+    last_error = std::strerror(errno);
+  }
+  freeaddrinfo(list);
+  throw SystemError("store: cannot listen on " + host + ":" + std::to_string(port) + ": " + last_error);
+}
+
+Socket Socket::try_connect(const std::string& host, uint16_t port) {
+  addrinfo* list = resolve(host, port, false);
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    Socket sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!sock.valid()) continue;
+    if (::connect(sock.fd(), ai->ai_addr, ai->ai_addrlen) == 0) {
+      int one = 1;
+      setsockopt(sock.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      freeaddrinfo(list);
+      return sock;
+    }
+  }
+  freeaddrinfo(list);
+  return Socket();
+}
+
+uint16_t Socket::local_port() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) throw_errno("store: getsockname");
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+}
+
+}  // namespace hiercoll::store

@@ -1,0 +1,39 @@
+#pragma once
+// Small RAII helpers over POSIX sockets for the TCP store. Every call is checked; failures throw SystemError.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hiercoll::store {
+
+using Clock = std::chrono::steady_clock;
+
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& other) noexcept : fd_(other.release()) {}
+  Socket& operator=(Socket&& other) noexcept;
+  ~Socket();
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release();
+  void close();
+
+  /// Sends all bytes or throws.
+  void send_all(const void* data, size_t size);
+  /// Receives exactly `size` bytes before `deadline` or throws (TimeoutError, or SystemError on EOF).
+  void recv_all(void* data, size_t size, Clock::time_point deadline);
+
+  /// Listens on host:port (port 0: any free port).
+  static Socket listen_on(const std::string& host, uint16_t port);
+  /// Connects once; returns an invalid socket if the server is not there yet (ECONNREFUSED).
+  static Socket try_connect(const std::string& host, uint16_t port);
+  uint16_t local_port() const;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace hiercoll::store

@@ -1,0 +1,160 @@
+// Store pieces shared by every implementation: wait(), PrefixStore, FileStore and open_store().
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "hiercoll/errors.hpp"
+#include "hiercoll/store.hpp"
+#include "store/socket.hpp"
+
+namespace hiercoll {
+
+using store::Clock;
+
+void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  while (!check(keys)) {
+    if (Clock::now() >= deadline) {
+      std::string missing;
+      for (const auto& key : keys) {
+        if (!check({key})) missing += (missing.empty() ? "" : ", ") + key;
+      }
+      throw TimeoutError("store: still missing after " + std::to_string(timeout.count()) + " ms: " + missing);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+std::string Store::get_string(const std::string& key) {
+  Bytes value = get(key);
+  return std::string(value.begin(), value.end());
+}
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+    : prefix_(std::move(prefix)), base_(std::move(base)) {
+  timeout_ = base_->timeout();
+}
+void PrefixStore::set(const std::string& key, const Bytes& value) { base_->set(prefixed(key), value); }
+Store::Bytes PrefixStore::get(const std::string& key) { return base_->get(prefixed(key)); }
+int64_t PrefixStore::add(const std::string& key, int64_t delta) { return base_->add(prefixed(key), delta); }
+bool PrefixStore::check(const std::vector<std::string>& keys) {
+  std::vector<std::string> full;
+  for (const auto& key : keys) full.push_back(prefixed(key));
+  return base_->check(full);
+}
+void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::vector<std::string> full;
+  for (const auto& key : keys) full.push_back(prefixed(key));
+  base_->wait(full, timeout);
+}
+
+// ---- FileStore: one file per key, written to a temporary name and renamed so readers never see half a value.
+
+namespace {
+[[noreturn]] void throw_file_error(const std::string& what, const std::string& path) {
+  throw SystemError("file store: " + what + " '" + path + "': " + std::strerror(errno));
+}
+
+bool read_file(const std::string& path, Store::Bytes& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return true;
+}
+
+void write_file_atomically(const std::string& path, const Store::Bytes& value) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." +
+                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw_file_error("cannot write", tmp);
+    out.write(reinterpret_cast<const char*>(value.data()), static_cast<std::streamsize>(value.size()));
+    if (!out) throw_file_error("cannot write", tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw_file_error("cannot rename", tmp);
+}
+}  // namespace
+
+FileStore::FileStore(const std::string& directory, std::chrono::milliseconds timeout) : directory_(directory) {
+  timeout_ = timeout;
+  if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) throw_file_error("cannot create", directory);
+}
+
+std::string FileStore::path_of(const std::string& key) const {
+  // Keys may hold '/', which a file name cannot: hex-escape everything but [A-Za-z0-9_.-].
+  std::ostringstream name;
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      name << c;
+    } else {
+      static const char* kHex = "0123456789abcdef";
+      name << '%' << kHex[c >> 4] << kHex[c & 15];
+    }
+  }
+  return directory_ + "/" + name.str();
+}
+
+void FileStore::set(const std::string& key, const Bytes& value) { write_file_atomically(path_of(key), value); }
+
+Store::Bytes FileStore::get(const std::string& key) {
+  wait({key}, timeout_);
+  Bytes value;
+  if (!read_file(path_of(key), value)) throw_file_error("cannot read", path_of(key));
+  return value;
+}
+
+int64_t FileStore::add(const std::string& key, int64_t delta) {
+  std::string lock_path = directory_ + "/.lock";
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) throw_file_error("cannot open", lock_path);
+  if (::flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    throw_file_error("cannot lock", lock_path);
+  }
+  int64_t current = 0;
+  try {
+    Bytes value;
+    if (read_file(path_of(key), value)) current = std::stoll(std::string(value.begin(), value.end()));
+    current += delta;
+    std::string text = std::to_string(current);
+    write_file_atomically(path_of(key), Bytes(text.begin(), text.end()));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);  // releases the lock
+  return current;
+}
+
+bool FileStore::check(const std::vector<std::string>& keys) {
+  for (const auto& key : keys) {
+    if (::access(path_of(key).c_str(), F_OK) != 0) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<Store> open_store(const std::string& url, int rank, std::chrono::milliseconds timeout) {
+  if (url.rfind("tcp://", 0) == 0) {
+    std::string rest = url.substr(6);
+    auto colon = rest.rfind(':');
+    if (colon == std::string::npos) throw InvalidUsageError("store URL '" + url + "' lacks a port (tcp://host:port)");
+    std::string host = rest.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    int port = std::atoi(rest.substr(colon + 1).c_str());
+    if (port <= 0 || port > 65535) throw InvalidUsageError("store URL '" + url + "' has no valid port");
+    return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), rank == 0, timeout);
+  }
+  if (url.rfind("file://", 0) == 0) return std::make_shared<FileStore>(url.substr(7), timeout);
+  throw InvalidUsageError("store URL '" + url + "' is neither tcp://host:port nor file:///dir");
+}
+
+}  // namespace hiercoll

@@ -1,0 +1,70 @@
+#pragma once
+// The transport contract every algorithm is written against: tagged, non-blocking point-to-point
+// messages between ranks of one world. Algorithms never see libfabric, shared memory or CUDA.
+//
+// Threading: an Endpoint is driven by one thread at a time (the communicator's progress thread).
+// Blocking: isend/irecv never block for long; progress() blocks at most `max_block`.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hiercoll::transport {
+
+using Tag = uint64_t;
+
+/// State of one posted send or receive, shared by the poster and the endpoint until it completes.
+struct Request {
+  enum class State { kPending, kDone, kFailed };
+  std::atomic<State> state{State::kPending};
+  bool is_send = false;
+  int peer = -1;
+  Tag tag = 0;
+  size_t bytes_posted = 0;
+  size_t bytes_done = 0;  ///< Receives: bytes the message held (smaller than posted if the sender sent less).
+  int source = -1;        ///< Receives posted for any source: who sent it (from the tag).
+  std::string error;      ///< Set when kFailed.
+
+  bool done() const { return state.load(std::memory_order_acquire) != State::kPending; }
+  virtual ~Request() = default;
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+
+  /// Name of the provider actually in use, e.g. "tcp;ofi_rxm".
+  virtual std::string provider() const = 0;
+  /// Opaque address to publish to the peers.
+  virtual std::vector<uint8_t> address() const = 0;
+  /// Makes rank i reachable at addresses[i]; called once with every rank's address.
+  virtual void connect(int my_rank, const std::vector<std::vector<uint8_t>>& addresses) = 0;
+
+  /// Posts a send of `bytes` to `peer`. The buffer must stay valid until the request is done.
+  virtual RequestPtr isend(int peer, Tag tag, const void* buffer, size_t bytes) = 0;
+  /// Posts a receive from `peer` (or any peer if peer < 0) of a message whose tag matches `tag`
+  /// in every bit not set in `ignore`.
+  virtual RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) = 0;
+  /// Drives communication and completes requests; returns after at least one completion or `max_block`.
+  /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off.
+  virtual void progress(std::chrono::microseconds max_block) = 0;
+  /// Cancels everything still posted; their requests fail with `reason`.
+  virtual void cancel_all(const std::string& reason) = 0;
+};
+
+/// Options for opening the fabric endpoint (filled from CommOptions and the environment).
+struct FabricOptions {
+  std::string provider;   ///< "tcp", "shm", "efa"...; empty: efa if present, else tcp.
+  std::string interface;  ///< Domain / interface name filter, e.g. "lo" (HIERCOLL_FABRIC_IFACE).
+  bool force_mr = false;  ///< Register memory even if the provider does not require it (HIERCOLL_FABRIC_FORCE_MR).
+  size_t mr_cache_entries = 64;  ///< Memory-registration cache capacity (HIERCOLL_MR_CACHE_ENTRIES, 0 disables).
+};
+
+/// Opens a libfabric FI_EP_RDM endpoint with tagged messaging.
+std::unique_ptr<Endpoint> open_fabric_endpoint(const FabricOptions& options);
+
+}  // namespace hiercoll::transport

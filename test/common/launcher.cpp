@@ -1,0 +1,131 @@
+#include "launcher.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace hiercoll::test {
+namespace {
+
+std::string make_temp_dir() {
+  char pattern[] = "/tmp/hiercoll-test-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+bool LaunchResult::all_ok() const {
+  if (timed_out) return false;
+  for (const auto& rank : ranks) {
+    if (rank.exit_code != 0) return false;
+  }
+  return true;
+}
+
+std::string LaunchResult::report() const {
+  std::ostringstream out;
+  if (timed_out) out << "TIMED OUT\n";
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    out << "---- rank " << r << " exit " << ranks[r].exit_code << " ----\n" << ranks[r].output << "\n";
+  }
+  return out.str();
+}
+
+LaunchResult launch(int ranks, const std::string& program, const std::vector<std::string>& args,
+                    const LaunchOptions& options) {
+  std::string dir = make_temp_dir();
+  std::string store = options.tcp_store ? "tcp://127.0.0.1:" + std::to_string(free_port()) : "file://" + dir + "/store";
+  int started = options.launch_only >= 0 ? options.launch_only : ranks;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < started; ++r) {
+    std::fflush(nullptr);  // or the child inherits unflushed output and prints it twice
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      setpgid(0, 0);
+      std::string log = dir + "/rank" + std::to_string(r) + ".log";
+      FILE* f = freopen(log.c_str(), "w", stdout);
+      (void)f;
+      dup2(fileno(stdout), STDERR_FILENO);
+      setenv("HIERCOLL_RANK", std::to_string(r).c_str(), 1);
+      setenv("HIERCOLL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      setenv("HIERCOLL_STORE", store.c_str(), 1);
+      for (const auto& [key, value] : options.env) setenv(key.c_str(), value.c_str(), 1);
+      auto extra = options.rank_env.find(r);
+      if (extra != options.rank_env.end()) {
+        for (const auto& [key, value] : extra->second) setenv(key.c_str(), value.c_str(), 1);
+      }
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(program.c_str()));
+      for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      execv(program.c_str(), argv.data());
+      std::perror("execv");
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  LaunchResult result;
+  result.ranks.resize(static_cast<size_t>(ranks));
+  auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  size_t running = pids.size();
+  std::vector<bool> done(pids.size(), false);
+  while (running > 0) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (done[r]) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        done[r] = true;
+        --running;
+        result.ranks[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+    }
+    if (running > 0 && std::chrono::steady_clock::now() > deadline) {
+      result.timed_out = true;
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (!done[r]) kill(-pids[r], SIGKILL);
+      }
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (!done[r]) waitpid(pids[r], nullptr, 0);
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < started; ++r) result.ranks[r].output = read_all(dir + "/rank" + std::to_string(r) + ".log");
+  std::string cleanup = "rm -rf '" + dir + "'";
+  if (std::system(cleanup.c_str()) != 0) { /* best effort */ }
+  return result;
+}
+
+}  // namespace hiercoll::test

@@ -1,0 +1,36 @@
+#pragma once
+// A fork/exec launcher for multi-process tests: starts `ranks` copies of a program with HIERCOLL_RANK,
+// HIERCOLL_WORLD_SIZE and HIERCOLL_STORE set, captures each rank's output, and kills them all if any
+// outlives the timeout.
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hiercoll::test {
+
+struct RankResult {
+  int exit_code = -1;  ///< -signal if killed by a signal
+  std::string output;  ///< stdout and stderr together
+};
+
+struct LaunchOptions {
+  std::map<std::string, std::string> env;  ///< extra variables for every rank
+  std::chrono::seconds timeout{120};
+  bool tcp_store = false;      ///< rank 0 serves a TCP store (default: a file store in a fresh directory)
+  int launch_only = -1;        ///< start only this many of the ranks (to simulate ranks that never arrive)
+  /// Per-rank extra variables, e.g. {{2, {{"HIERCOLL_TEST_DIE_AT", "3"}}}}.
+  std::map<int, std::map<std::string, std::string>> rank_env;
+};
+
+struct LaunchResult {
+  std::vector<RankResult> ranks;
+  bool timed_out = false;
+  bool all_ok() const;
+  std::string report() const;  ///< every rank's exit code and output, for failure messages
+};
+
+LaunchResult launch(int ranks, const std::string& program, const std::vector<std::string>& args,
+                    const LaunchOptions& options = {});
+
+}  // namespace hiercoll::test

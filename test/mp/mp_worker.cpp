@@ -1,0 +1,259 @@
+// One rank of the multi-process tests, started by test/common/launcher (or mpirun). Each scenario runs
+// real collectives and compares this rank's results, element by element, with a serial reference that
+// the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "hiercoll/hiercoll.hpp"
+#include "values.hpp"
+
+using namespace hiercoll;
+using hiercoll::test::get;
+using hiercoll::test::input_value;
+using hiercoll::test::put;
+
+namespace {
+
+int g_failures = 0;
+
+struct Buffer {
+  std::vector<uint64_t> storage;  // uint64_t: 8-byte alignment for every element type
+  void* data() { return storage.data(); }
+  explicit Buffer(size_t bytes) : storage((bytes + 7) / 8 + 1) {}
+};
+
+Buffer make_input(int rank, size_t count, DataType type, ReduceOp op, uint32_t seed, size_t first_index = 0) {
+  Buffer buffer(count * dtype_size(type));
+  for (size_t i = 0; i < count; ++i) put(type, buffer.data(), i, input_value(rank, first_index + i, type, op, seed));
+  return buffer;
+}
+
+void expect_equal(const std::string& what, DataType type, ReduceOp op, const void* got, size_t i, double want) {
+  double value = get(type, got, i);
+  double tolerance = hiercoll::test::tolerance(type, op, want);
+  bool ok = value == want || std::fabs(value - want) <= tolerance;
+  if (!ok && ++g_failures <= 10) {
+    std::printf("MISMATCH %s element %zu: got %.17g want %.17g\n", what.c_str(), i, value, want);
+  }
+}
+
+std::string name(const char* op, DataType type, ReduceOp reduce_op, size_t count, bool in_place) {
+  return std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) + " count=" + std::to_string(count) +
+         (in_place ? " in-place" : " out-of-place");
+}
+
+std::vector<size_t> sizes(bool large) {
+  std::vector<size_t> list = {0, 1, 2, 7, 31, 1000, 4099, 65537};
+  if (large) list.push_back(1 << 20);
+  return list;
+}
+
+void run_allreduce(Communicator& comm, bool large) {
+  const int n = comm.size(), r = comm.rank();
+  for (DataType type : hiercoll::test::all_types()) {
+    for (ReduceOp op : hiercoll::test::all_ops()) {
+      if (op == ReduceOp::kAvg && !is_floating(type)) continue;
+      for (size_t count : sizes(large)) {
+        for (bool in_place : {false, true}) {
+          uint32_t seed = static_cast<uint32_t>(count * 31 + static_cast<int>(type) * 7 + static_cast<int>(op));
+          Buffer in = make_input(r, count, type, op, seed);
+          Buffer out(count * dtype_size(type));
+          void* target = in_place ? in.data() : out.data();
+          comm.allreduce(in.data(), target, count, type, op).wait();
+          std::string what = name("allreduce", type, op, count, in_place);
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(what, type, op, target, i, hiercoll::test::reference_value(n, i, type, op, seed));
+          }
+        }
+      }
+    }
+  }
+  // Tens of MB, once per type family: the pipelined ring with many chunks per segment.
+  for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+    size_t count = (24u << 20) / dtype_size(type) + 3;
+    uint32_t seed = 99;
+    Buffer in = make_input(r, count, type, ReduceOp::kSum, seed);
+    comm.allreduce(in.data(), in.data(), count, type, ReduceOp::kSum).wait();
+    std::string what = name("allreduce", type, ReduceOp::kSum, count, true);
+    for (size_t i = 0; i < count; ++i) {
+      expect_equal(what, type, ReduceOp::kSum, in.data(), i, hiercoll::test::reference_value(n, i, type, ReduceOp::kSum, seed));
+    }
+  }
+}
+
+void run_collectives(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const std::vector<size_t> counts = {0, 1, 5, 1000, 70001};
+  for (DataType type : hiercoll::test::all_types()) {
+    for (size_t count : counts) {
+      uint32_t seed = static_cast<uint32_t>(count + 17 * static_cast<int>(type));
+      size_t elem = dtype_size(type);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+        if (op == ReduceOp::kAvg && !is_floating(type)) continue;
+        for (bool in_place : {false, true}) {
+          // reduce_scatter: rank r gets elements [r*count, (r+1)*count) of the reduction.
+          Buffer in = make_input(r, count * static_cast<size_t>(n), type, op, seed);
+          Buffer out(count * elem);
+          void* target = in_place ? static_cast<uint8_t*>(in.data()) + static_cast<size_t>(r) * count * elem : out.data();
+          comm.reduce_scatter(in.data(), target, count, type, op).wait();
+          std::string what = name("reduce_scatter", type, op, count, in_place);
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(what, type, op, target, i,
+                         hiercoll::test::reference_value(n, static_cast<size_t>(r) * count + i, type, op, seed));
+          }
+        }
+        for (int root : {0, n - 1}) {
+          Buffer in = make_input(r, count, type, op, seed);
+          Buffer out(count * elem);
+          comm.reduce(in.data(), out.data(), count, type, op, root).wait();
+          if (r == root) {
+            std::string what = name("reduce", type, op, count, false) + " root " + std::to_string(root);
+            for (size_t i = 0; i < count; ++i) {
+              expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
+            }
+          }
+        }
+      }
+      for (bool in_place : {false, true}) {
+        // allgather: block j comes from rank j.
+        Buffer out(count * elem * static_cast<size_t>(n));
+        Buffer in = make_input(r, count, type, ReduceOp::kSum, seed);
+        void* source = in.data();
+        if (in_place) {
+          source = static_cast<uint8_t*>(out.data()) + static_cast<size_t>(r) * count * elem;
+          if (count) std::memcpy(source, in.data(), count * elem);
+        }
+        comm.allgather(source, out.data(), count, type).wait();
+        std::string what = name("allgather", type, ReduceOp::kSum, count, in_place);
+        for (int j = 0; j < n; ++j) {
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(what, type, ReduceOp::kSum, out.data(), static_cast<size_t>(j) * count + i,
+                         get(type, make_input(j, 1, type, ReduceOp::kSum, seed, i).data(), 0));
+          }
+        }
+      }
+      for (int root = 0; root < n; ++root) {
+        Buffer data = r == root ? make_input(root, count, type, ReduceOp::kSum, seed) : Buffer(count * elem);
+        comm.broadcast(data.data(), data.data(), count, type, root).wait();
+        Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
+        std::string what = name("broadcast", type, ReduceOp::kSum, count, true) + " root " + std::to_string(root);
+        for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
+      }
+      for (bool in_place : {false, true}) {
+        // alltoall: rank r's block j is input elements [j*count, (j+1)*count) of rank r.
+        Buffer in = make_input(r, count * static_cast<size_t>(n), type, ReduceOp::kSum, seed);
+        Buffer out(count * elem * static_cast<size_t>(n));
+        void* target = in_place ? in.data() : out.data();
+        comm.alltoall(in.data(), target, count, type).wait();
+        std::string what = name("alltoall", type, ReduceOp::kSum, count, in_place);
+        for (int j = 0; j < n; ++j) {
+          Buffer want = make_input(j, count, type, ReduceOp::kSum, seed, static_cast<size_t>(r) * count);
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(what, type, ReduceOp::kSum, target, static_cast<size_t>(j) * count + i, get(type, want.data(), i));
+          }
+        }
+      }
+    }
+  }
+  comm.barrier().wait();
+  // Point to point around the ring, both directions posted before waiting (must not deadlock), 8 MB.
+  if (n > 1) {
+    const size_t count = 2u << 20;
+    Buffer mine = make_input(r, count, DataType::kFloat32, ReduceOp::kSum, 5);
+    Buffer from_left(count * 4), from_right(count * 4);
+    int right = (r + 1) % n, left = (r - 1 + n) % n;
+    Work s1 = comm.send(mine.data(), count, DataType::kFloat32, right, 1);
+    Work s2 = comm.send(mine.data(), count, DataType::kFloat32, left, 2);
+    Work r1 = comm.recv(from_left.data(), count, DataType::kFloat32, left, 1);
+    Work r2 = comm.recv(from_right.data(), count, DataType::kFloat32, right, 2);
+    s1.wait();
+    s2.wait();
+    r1.wait();
+    r2.wait();
+    Buffer want_left = make_input(left, count, DataType::kFloat32, ReduceOp::kSum, 5);
+    Buffer want_right = make_input(right, count, DataType::kFloat32, ReduceOp::kSum, 5);
+    for (size_t i = 0; i < count; ++i) {
+      expect_equal("recv from left", DataType::kFloat32, ReduceOp::kSum, from_left.data(), i,
+                   get(DataType::kFloat32, want_left.data(), i));
+      expect_equal("recv from right", DataType::kFloat32, ReduceOp::kSum, from_right.data(), i,
+                   get(DataType::kFloat32, want_right.data(), i));
+    }
+  }
+}
+
+template <typename Fn>
+void expect_invalid(const std::string& what, const std::string& needle, Fn fn) {
+  try {
+    fn();
+    std::printf("FAIL %s: no error\n", what.c_str());
+    ++g_failures;
+  } catch (const InvalidUsageError& e) {
+    if (std::string(e.what()).find(needle) == std::string::npos) {
+      std::printf("FAIL %s: message '%s' lacks '%s'\n", what.c_str(), e.what(), needle.c_str());
+      ++g_failures;
+    }
+  }
+}
+
+void run_errors(Communicator& comm) {
+  const int n = comm.size();
+  std::vector<float> a(64), b(64);
+  expect_invalid("null input", "input buffer is null",
+                 [&] { comm.allreduce(nullptr, b.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
+  expect_invalid("misaligned", "not aligned",
+                 [&] { comm.allreduce(reinterpret_cast<char*>(a.data()) + 1, b.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
+  expect_invalid("avg on int", "avg is defined on floating types only",
+                 [&] { comm.allreduce(a.data(), b.data(), 4, DataType::kInt32, ReduceOp::kAvg); });
+  expect_invalid("bad root", "root " + std::to_string(n), [&] { comm.broadcast(a.data(), a.data(), 4, DataType::kFloat32, n); });
+  expect_invalid("negative root", "root -1", [&] { comm.reduce(a.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum, -1); });
+  expect_invalid("overlap", "overlap", [&] { comm.allreduce(a.data(), a.data() + 1, 8, DataType::kFloat32, ReduceOp::kSum); });
+  expect_invalid("bad peer", "peer", [&] { comm.send(a.data(), 4, DataType::kFloat32, n + 3); });
+  expect_invalid("bad type", "unknown data type",
+                 [&] { comm.allreduce(a.data(), b.data(), 4, static_cast<DataType>(42), ReduceOp::kSum); });
+  // Bad input must leave the communicator usable.
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(comm.rank() + 1);
+  comm.allreduce(a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < b.size(); ++i) {
+    expect_equal("allreduce after bad input", DataType::kFloat32, ReduceOp::kSum, b.data(), i, n * (n + 1) / 2.0);
+  }
+}
+
+// Ranks disagree on the count: every rank must get an error (never hang, never wrong data silently).
+void run_mismatch(Communicator& comm) {
+  size_t count = comm.rank() == 0 ? 1000 : 3000;
+  std::vector<float> a(count, 1.0f);
+  try {
+    comm.allreduce(a.data(), a.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    std::printf("FAIL: mismatched allreduce completed without error\n");
+    ++g_failures;
+  } catch (const Error& e) {
+    std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string scenario = argc > 1 ? argv[1] : "allreduce";
+  try {
+    Communicator comm = Communicator::from_env();
+    if (scenario == "allreduce") run_allreduce(comm, argc > 2 && std::string(argv[2]) == "--large");
+    else if (scenario == "collectives") run_collectives(comm);
+    else if (scenario == "errors") run_errors(comm);
+    else if (scenario == "mismatch") run_mismatch(comm);
+    else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
+    else {
+      std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+      return 2;
+    }
+  } catch (const Error& e) {
+    std::printf("ERROR [%s]: %s\n", to_string(e.code()), e.what());
+    return 3;
+  }
+  std::printf("%s: %d mismatches\n", scenario.c_str(), g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
