@@ -61,7 +61,11 @@ class HIERCOLL_API TcpStore : public Store {
 /// A store in a directory of a shared file system: one file per key, locks for add().
 class HIERCOLL_API FileStore : public Store {
  public:
-  explicit FileStore(const std::string& directory, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  /// `remove_when_done`: this instance deletes the directory when destroyed (give it to exactly one rank,
+  /// and only for a directory made for this job).
+  explicit FileStore(const std::string& directory, std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                     bool remove_when_done = false);
+  ~FileStore() override;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
@@ -71,6 +75,7 @@ class HIERCOLL_API FileStore : public Store {
  private:
   std::string path_of(const std::string& key) const;
   std::string directory_;
+  bool remove_when_done_;
 };
 
 /// Namespaces every key of an underlying store with `prefix/`.

@@ -1,5 +1,6 @@
 // Communicator::from_env: rank, size and store from whatever launched us (hiercoll's own variables,
 // torchrun, or Open MPI's mpirun).
+#include <cctype>
 #include <cstdlib>
 
 #include "core/env.hpp"
@@ -8,6 +9,9 @@
 
 namespace hiercoll {
 namespace {
+
+// Stores this module makes for an MPI job live here; rank 0 removes them when done.
+const std::string kJobStorePrefix = "file:///tmp/hiercoll-store-";
 
 int first_int(std::initializer_list<const char*> names, const char* what) {
   for (const char* name : names) {
@@ -26,7 +30,10 @@ std::string store_url() {
   if (addr && port) return "tcp://" + *addr + ":" + *port;
   // Under mpirun without a store address: all ranks on one host share a file store named after the job.
   for (const char* job : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-    if (auto id = core::env_string(job)) return "file:///tmp/hiercoll-store-" + *id;
+    if (auto id = core::env_string(job)) {
+      for (char& c : *id) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return kJobStorePrefix + *id;
+    }
   }
   throw InvalidUsageError(
       "Communicator::from_env: no rendezvous; set HIERCOLL_STORE=tcp://host:port (or file:///dir), or "
@@ -42,7 +49,13 @@ Communicator Communicator::from_env(CommOptions options) {
     throw InvalidUsageError("Communicator::from_env: rank " + std::to_string(rank) + " / size " +
                             std::to_string(size) + " is not a valid pair");
   }
-  auto store = open_store(store_url(), rank, options.timeout);
+  std::string url = store_url();
+  std::shared_ptr<Store> store;
+  if (url.rfind(kJobStorePrefix, 0) == 0) {
+    store = std::make_shared<FileStore>(url.substr(7), options.timeout, /*remove_when_done=*/rank == 0);
+  } else {
+    store = open_store(url, rank, options.timeout);
+  }
   return create(std::move(store), rank, size, std::move(options));
 }
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -84,9 +85,16 @@ void write_file_atomically(const std::string& path, const Store::Bytes& value) {
 }
 }  // namespace
 
-FileStore::FileStore(const std::string& directory, std::chrono::milliseconds timeout) : directory_(directory) {
+FileStore::FileStore(const std::string& directory, std::chrono::milliseconds timeout, bool remove_when_done)
+    : directory_(directory), remove_when_done_(remove_when_done) {
   timeout_ = timeout;
   if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) throw_file_error("cannot create", directory);
+}
+
+FileStore::~FileStore() {
+  if (!remove_when_done_) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(directory_, ignored);
 }
 
 std::string FileStore::path_of(const std::string& key) const {

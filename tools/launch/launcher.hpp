@@ -1,5 +1,5 @@
 #pragma once
-// A fork/exec launcher for multi-process tests: starts `ranks` copies of a program with HIERCOLL_RANK,
+// A fork/exec launcher for multi-process tests and benchmarks: starts `ranks` copies of a program with HIERCOLL_RANK,
 // HIERCOLL_WORLD_SIZE and HIERCOLL_STORE set, captures each rank's output, and kills them all if any
 // outlives the timeout.
 #include <chrono>
@@ -21,6 +21,7 @@ struct LaunchOptions {
   int launch_only = -1;        ///< start only this many of the ranks (to simulate ranks that never arrive)
   /// Per-rank extra variables, e.g. {{2, {{"HIERCOLL_TEST_DIE_AT", "3"}}}}.
   std::map<int, std::map<std::string, std::string>> rank_env;
+  bool inherit_output = false;  ///< ranks write to our stdout/stderr instead of captured logs
 };
 
 struct LaunchResult {

@@ -71,11 +71,12 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
-      setpgid(0, 0);
-      std::string log = dir + "/rank" + std::to_string(r) + ".log";
-      FILE* f = freopen(log.c_str(), "w", stdout);
-      (void)f;
-      dup2(fileno(stdout), STDERR_FILENO);
+      setpgid(0, 0);  // its own group, so a timeout kills whatever it started too
+      if (!options.inherit_output) {
+        std::string log = dir + "/rank" + std::to_string(r) + ".log";
+        if (freopen(log.c_str(), "w", stdout) == nullptr) _exit(126);
+        dup2(fileno(stdout), STDERR_FILENO);
+      }
       setenv("HIERCOLL_RANK", std::to_string(r).c_str(), 1);
       setenv("HIERCOLL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("HIERCOLL_STORE", store.c_str(), 1);

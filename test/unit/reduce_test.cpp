@@ -1,0 +1,137 @@
+// Reduction kernels of every instruction set this CPU has, against a scalar double-precision reference
+// built with the test's own encoder, over odd counts and unaligned offsets.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "reduce/reduce.hpp"
+#include "values.hpp"
+
+using namespace hiercoll;
+using hiercoll::reduce::Isa;
+
+namespace {
+
+double apply(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kProd: return a * b;
+    case ReduceOp::kMin: return a < b ? a : b;
+    case ReduceOp::kMax: return a > b ? a : b;
+    default: return a + b;
+  }
+}
+
+// Random values in a range that keeps integer results from wrapping (wrap-around is tested apart).
+double random_value(std::mt19937& rng, DataType type, ReduceOp op) {
+  std::uniform_real_distribution<double> real(-1000, 1000);
+  std::uniform_int_distribution<int> small(-11, 11), tiny(0, 11);
+  switch (type) {
+    case DataType::kUInt8: return op == ReduceOp::kProd ? tiny(rng) % 4 : tiny(rng);
+    case DataType::kInt8: return op == ReduceOp::kProd ? small(rng) % 4 : small(rng);
+    case DataType::kInt32:
+    case DataType::kInt64: return small(rng) * 1000;
+    default: return real(rng);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kernels match a scalar reference for every type, op and instruction set", "[reduce]") {
+  std::mt19937 rng(42);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!reduce::isa_supported(isa)) {
+      WARN("SKIPPED: this CPU lacks " << reduce::to_string(isa));
+      continue;
+    }
+    for (DataType type : test::all_types()) {
+      for (ReduceOp op : test::all_ops()) {
+        for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1023}, size_t{1025}, size_t{5000}}) {
+          for (size_t offset : {size_t{0}, size_t{1}}) {  // offset 1 element: unaligned vector loads
+            size_t elem = dtype_size(type);
+            std::vector<uint8_t> a((count + offset) * elem), b(a.size()), dst(a.size());
+            for (size_t i = 0; i < count; ++i) {
+              test::put(type, a.data() + offset * elem, i, random_value(rng, type, op));
+              test::put(type, b.data() + offset * elem, i, random_value(rng, type, op));
+            }
+            reduce::reduce_with(isa, dst.data() + offset * elem, a.data() + offset * elem, b.data() + offset * elem,
+                                count, type, op);
+            for (size_t i = 0; i < count; ++i) {
+              double x = test::get(type, a.data() + offset * elem, i), y = test::get(type, b.data() + offset * elem, i);
+              uint8_t cell[8];
+              test::put(type, cell, 0, apply(op, x, y));  // exact op in double, one rounding into the type
+              double want = test::get(type, cell, 0);
+              double got = test::get(type, dst.data() + offset * elem, i);
+              if (got != want) {
+                FAIL(reduce::to_string(isa) << " " << to_string(type) << " " << to_string(op) << " count " << count
+                                            << " i " << i << ": " << x << " op " << y << " = " << got << ", want "
+                                            << want);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("kernels work in place on either operand", "[reduce]") {
+  std::vector<float> a(999), b(999);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = 2.0f * static_cast<float>(i);
+  }
+  std::vector<float> a_copy = a;
+  reduce::reduce(a.data(), a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum);
+  reduce::reduce(b.data(), a_copy.data(), b.data(), b.size(), DataType::kFloat32, ReduceOp::kMax);
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i] == 3.0f * static_cast<float>(i));
+    REQUIRE(b[i] == 2.0f * static_cast<float>(i));
+  }
+}
+
+TEST_CASE("integer sums and products wrap around like NCCL", "[reduce]") {
+  int8_t a[3] = {127, -128, 100}, b[3] = {1, -1, 100}, out[3];
+  reduce::reduce(out, a, b, 3, DataType::kInt8, ReduceOp::kSum);
+  CHECK(out[0] == -128);
+  CHECK(out[1] == 127);
+  CHECK(out[2] == static_cast<int8_t>(200 - 256));
+  int32_t big[1] = {1 << 30}, two[1] = {4}, product[1];
+  reduce::reduce(product, big, two, 1, DataType::kInt32, ReduceOp::kProd);
+  CHECK(product[0] == 0);
+}
+
+TEST_CASE("divide finishes averages and refuses integers", "[reduce]") {
+  std::vector<uint16_t> h = {reduce::float_to_half(3.0f), reduce::float_to_half(-9.0f)};
+  reduce::divide(h.data(), h.size(), DataType::kFloat16, 3);
+  CHECK(reduce::half_to_float(h[0]) == 1.0f);
+  CHECK(reduce::half_to_float(h[1]) == -3.0f);
+  int32_t i[1] = {9};
+  CHECK_THROWS_WITH(reduce::divide(i, 1, DataType::kInt32, 3), Catch::Contains("not defined on int32"));
+}
+
+TEST_CASE("fp16 and bf16 conversions round to nearest even, as the test encoder does", "[reduce]") {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    double d = f;
+    REQUIRE(reduce::float_to_half(f) == test::encode_small_float(d, 10, 5));
+    REQUIRE(reduce::float_to_bf16(f) == test::encode_small_float(d, 7, 8));
+  }
+  for (uint32_t h = 0; h < 65536; ++h) {
+    double want = test::decode_small_float(static_cast<uint16_t>(h), 10, 5);
+    double got = reduce::half_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(got));
+    } else {
+      REQUIRE(got == want);
+    }
+  }
+  CHECK(std::isnan(reduce::half_to_float(reduce::float_to_half(NAN))));
+  CHECK(std::isnan(reduce::bf16_to_float(reduce::float_to_bf16(NAN))));
+}

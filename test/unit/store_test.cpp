@@ -1,0 +1,82 @@
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "hiercoll/errors.hpp"
+#include "hiercoll/store.hpp"
+
+using namespace hiercoll;
+using namespace std::chrono_literals;
+
+namespace {
+std::string temp_dir() {
+  char pattern[] = "/tmp/hiercoll-store-test-XXXXXX";
+  REQUIRE(mkdtemp(pattern) != nullptr);
+  return pattern;
+}
+
+// The same contract for every store: set/get, blocking get, add from many threads, check, wait timeouts.
+void exercise(std::function<std::shared_ptr<Store>()> make_client) {
+  auto a = make_client();
+  auto b = make_client();
+  a->set("k", std::string("value"));
+  CHECK(b->get_string("k") == "value");
+  CHECK(b->check({"k"}));
+  CHECK_FALSE(b->check({"k", "missing"}));
+
+  std::thread late([&] {
+    std::this_thread::sleep_for(50ms);
+    a->set("late", std::string("here"));
+  });
+  CHECK(b->get_string("late") == "here");  // get waits for the key
+  late.join();
+
+  std::vector<std::thread> adders;
+  std::vector<std::shared_ptr<Store>> clients;
+  for (int t = 0; t < 4; ++t) clients.push_back(make_client());
+  for (int t = 0; t < 4; ++t) {
+    adders.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) clients[t]->add("counter", 2);
+    });
+  }
+  for (auto& t : adders) t.join();
+  CHECK(a->add("counter", 0) == 200);
+
+  a->set_timeout(200ms);
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(a->get("never"), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK_THROWS_WITH(a->wait({"k", "never", "nope"}, 100ms), Catch::Contains("never, nope"));
+  // A timed-out get does not poison the next request.
+  CHECK(a->get_string("k") == "value");
+
+  PrefixStore prefixed("p", a);
+  prefixed.set("k", std::string("inner"));
+  CHECK(b->get_string("p/k") == "inner");
+  CHECK(b->get_string("k") == "value");
+}
+}  // namespace
+
+TEST_CASE("the TCP store keeps the store contract", "[store]") {
+  auto server = std::make_shared<TcpStore>("127.0.0.1", 0, true, 10s);
+  uint16_t port = server->port();
+  exercise([port] { return std::make_shared<TcpStore>("127.0.0.1", port, false, 10s); });
+}
+
+TEST_CASE("the file store keeps the store contract", "[store]") {
+  std::string dir = temp_dir();
+  exercise([dir] { return std::make_shared<FileStore>(dir, 10s); });
+  CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
+}
+
+TEST_CASE("a TCP client with no server times out with the address in the message", "[store]") {
+  CHECK_THROWS_WITH(TcpStore("127.0.0.1", 1, false, 300ms), Catch::Contains("127.0.0.1:1"));
+}
+
+TEST_CASE("store URLs are parsed or refused clearly", "[store]") {
+  CHECK_THROWS_WITH(open_store("udp://x:1", 0), Catch::Contains("neither tcp://"));
+  CHECK_THROWS_WITH(open_store("tcp://localhost", 0), Catch::Contains("lacks a port"));
+  CHECK_THROWS_WITH(open_store("tcp://localhost:99999", 0), Catch::Contains("no valid port"));
+}

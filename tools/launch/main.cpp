@@ -1,0 +1,54 @@
+// hiercoll_launch: start N local ranks of a program with a rendezvous store, like a minimal mpirun.
+//   hiercoll_launch -n 4 [--tcp-store] [--timeout SECONDS] [-x NAME=VALUE]... -- program [args...]
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "launcher.hpp"
+
+int main(int argc, char** argv) {
+  int ranks = 1;
+  hiercoll::test::LaunchOptions options;
+  options.inherit_output = true;
+  options.timeout = std::chrono::seconds(3600);
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if ((arg == "-n" || arg == "-np") && i + 1 < argc) {
+      ranks = std::atoi(argv[++i]);
+    } else if (arg == "--tcp-store") {
+      options.tcp_store = true;
+    } else if (arg == "--timeout" && i + 1 < argc) {
+      options.timeout = std::chrono::seconds(std::atoi(argv[++i]));
+    } else if (arg == "-x" && i + 1 < argc) {
+      std::string kv = argv[++i];
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) {
+        std::fprintf(stderr, "hiercoll_launch: -x wants NAME=VALUE, got '%s'\n", kv.c_str());
+        return 2;
+      }
+      options.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    } else {
+      break;
+    }
+  }
+  if (i >= argc || ranks < 1) {
+    std::fprintf(stderr, "usage: hiercoll_launch -n RANKS [--tcp-store] [--timeout S] [-x NAME=VALUE]... -- program [args]\n");
+    return 2;
+  }
+  std::vector<std::string> args(argv + i + 1, argv + argc);
+  auto result = hiercoll::test::launch(ranks, argv[i], args, options);
+  int worst = 0;
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    if (result.ranks[r].exit_code != 0) {
+      std::fprintf(stderr, "hiercoll_launch: rank %zu exited with %d\n", r, result.ranks[r].exit_code);
+      worst = 1;
+    }
+  }
+  if (result.timed_out) std::fprintf(stderr, "hiercoll_launch: timed out, all ranks killed\n");
+  return result.timed_out ? 124 : worst;
+}
