@@ -7,6 +7,7 @@
 
 #include "hiercoll/export.hpp"
 #include "hiercoll/store.hpp"
+#include "hiercoll/topology.hpp"
 #include "hiercoll/types.hpp"
 
 namespace hiercoll {
@@ -95,8 +96,10 @@ class HIERCOLL_API Communicator {
 
   /// Fails every pending operation and closes the endpoint without waiting for peers.
   void abort();
-  /// Name of the algorithm that allreduce of `bytes` will use ("ring", "rd", ...).
+  /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd" or "hier".
   std::string allreduce_algorithm(size_t bytes) const;
+  /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
+  const Layout& layout() const;
 
  private:
   explicit Communicator(std::unique_ptr<core::CommunicatorImpl> impl);

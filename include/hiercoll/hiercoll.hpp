@@ -3,5 +3,6 @@
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
+#include "hiercoll/topology.hpp"
 #include "hiercoll/types.hpp"
 #include "hiercoll/version.hpp"

@@ -12,6 +12,11 @@ namespace hiercoll::algo {
 void allreduce_ring(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 /// Recursive doubling (with folding for non-powers of two): log2(n) steps, for small messages.
 void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
+struct Hierarchy;
+/// Hierarchical: intra-node reduce-scatter (shared memory), inter-node allreduce per local rank, intra-node
+/// allgather. Requires every node to have the same number of ranks.
+void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type,
+                    ReduceOp op);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.

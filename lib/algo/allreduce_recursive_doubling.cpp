@@ -21,9 +21,11 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
   void* incoming = ch.scratch().get(bytes, 0);
   uint32_t step = 0;
 
+  uint32_t result_step = 1;  // after the fold (step 0) and the log2(p) rounds
+  for (int mask = 1; mask < p; mask <<= 1) ++result_step;
   if (r >= p) {  // extra rank: fold into r - p, then wait for the result
     auto send = ch.send(r - p, step, in, bytes);
-    auto recv = ch.recv(r - p, 1000, out, bytes);
+    auto recv = ch.recv(r - p, result_step, out, bytes);
     ch.wait(send);
     ch.wait(recv);
     return;  // the partner already averaged
@@ -50,7 +52,7 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
   }
   if (op == ReduceOp::kAvg) reduce::divide(out, count, type, n);
   if (r < n - p) {
-    auto send = ch.send(r + p, 1000, out, bytes);
+    auto send = ch.send(r + p, result_step, out, bytes);
     ch.wait(send);
   }
 }

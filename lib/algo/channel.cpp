@@ -36,13 +36,19 @@ Channel::Channel(transport::Endpoint& endpoint, const std::vector<int>& world_ra
       scratch_(scratch),
       aborted_(aborted) {}
 
+Channel Channel::subgroup(const std::vector<int>& world_ranks, int my_index, uint32_t step_base) const {
+  Channel sub(endpoint_, world_ranks, my_index, context_, sequence_, deadline_, what_, config_, scratch_, aborted_);
+  sub.step_base_ = step_base_ + step_base;
+  return sub;
+}
+
 RequestPtr Channel::send(int peer, uint32_t step, const void* buffer, size_t bytes) {
-  Tag tag = collective_tag(context_, world_rank(my_index_), sequence_, static_cast<uint16_t>(step));
+  Tag tag = collective_tag(context_, world_rank(my_index_), sequence_, static_cast<uint16_t>(step_base_ + step));
   return endpoint_.isend(world_rank(peer), tag, buffer, bytes);
 }
 
 RequestPtr Channel::recv(int peer, uint32_t step, void* buffer, size_t bytes) {
-  Tag tag = collective_tag(context_, world_rank(peer), sequence_, static_cast<uint16_t>(step));
+  Tag tag = collective_tag(context_, world_rank(peer), sequence_, static_cast<uint16_t>(step_base_ + step));
   return endpoint_.irecv(world_rank(peer), tag, 0, buffer, bytes);
 }
 

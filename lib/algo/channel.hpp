@@ -65,6 +65,12 @@ class Channel {
   Scratch& scratch() { return scratch_; }
   const std::string& what() const { return what_; }
 
+  /// The same operation over a subgroup (`world_ranks` must outlive it). Steps are offset by `step_base`,
+  /// so several sub-operations of one operation never share a tag.
+  Channel subgroup(const std::vector<int>& world_ranks, int my_index, uint32_t step_base) const;
+  Clock::time_point deadline() const { return deadline_; }
+  const std::atomic<bool>& aborted() const { return aborted_; }
+
   /// Posts a message of step `step` to group rank `peer`.
   RequestPtr send(int peer, uint32_t step, const void* buffer, size_t bytes);
   /// Posts a receive of exactly `bytes` from group rank `peer`; wait() fails if another size arrives.
@@ -79,6 +85,7 @@ class Channel {
   int my_index_;
   uint16_t context_;
   uint16_t sequence_;
+  uint32_t step_base_ = 0;
   Clock::time_point deadline_;
   std::string what_;
   const AlgoConfig& config_;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "algo/algorithms.hpp"
+#include "algo/hierarchy.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/env.hpp"
 #include "hiercoll/errors.hpp"
@@ -97,13 +98,15 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
   check_buffer("allreduce", "output", out, bytes, type);
   check_overlap("allreduce", in, bytes, out, bytes, out);
   auto algo = impl_->choose_allreduce(bytes);
-  std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" +
-                     (algo == core::AllreduceAlgo::kRing ? "ring" : "rd") + "]";
+  std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) + "]";
+  algo::Hierarchy* hierarchy = &impl_->hierarchy();
   return impl_->enqueue_collective(what, [=](algo::Channel& ch) {
-    if (algo == core::AllreduceAlgo::kRing) {
-      algo::allreduce_ring(ch, in, out, count, type, op);
-    } else {
-      algo::allreduce_recursive_doubling(ch, in, out, count, type, op);
+    switch (algo) {
+      case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, in, out, count, type, op); break;
+      case algo::AllreduceAlgo::kRecursiveDoubling:
+        algo::allreduce_recursive_doubling(ch, in, out, count, type, op);
+        break;
+      case algo::AllreduceAlgo::kHierarchical: algo::allreduce_hier(ch, *hierarchy, in, out, count, type, op); break;
     }
   });
 }
@@ -194,6 +197,10 @@ Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32
 
 void Communicator::abort() { impl_->abort(); }
 
-std::string Communicator::allreduce_algorithm(size_t bytes) const { return impl_->allreduce_algorithm(bytes); }
+std::string Communicator::allreduce_algorithm(size_t bytes) const {
+  return algo::to_string(impl_->choose_allreduce(bytes));
+}
+
+const Layout& Communicator::layout() const { return impl_->layout(); }
 
 }  // namespace hiercoll

@@ -1,5 +1,8 @@
 #include "core/communicator_impl.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -56,12 +59,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   if (algo_config_.chunk_bytes == 0 || algo_config_.slots < 1) {
     throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
   }
-  small_message_bytes_ = env_bytes("HIERCOLL_SMALL_MSG_BYTES", small_message_bytes_);
-  if (auto algo = env_string("HIERCOLL_ALGO")) {
-    if (*algo == "ring") forced_allreduce_ = AllreduceAlgo::kRing;
-    else if (*algo == "rd") forced_allreduce_ = AllreduceAlgo::kRecursiveDoubling;
-    else throw InvalidUsageError("HIERCOLL_ALGO='" + *algo + "' is not one of: ring, rd");
-  }
+  cost_model_ = algo::CostModel::from_env();
 
   transport::FabricOptions fabric;
   fabric.provider = options_.provider;
@@ -74,19 +72,36 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   std::string instance = next_instance_name(options_.name);
   context_ = context_of(instance);
   store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
-  bootstrap(*store_);
+  bootstrap(*store_, instance);
   thread_ = std::thread([this] { progress_loop(); });
 
-  // Everyone has connected once this barrier passes, so no rank still needs the store.
+  // Everyone has connected and attached once this barrier passes: the store and the shared-memory
+  // segment's name are no longer needed.
   enqueue_collective("init barrier", [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
+  if (arena_) arena_->unlink();
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
-                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots
-                                       << " slots, small-message threshold " << small_message_bytes_ << " B");
+                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots << " slots");
+  if (rank_ == 0) {
+    HIERCOLL_LOG(kInfo, "layout " << layout_.describe() << "; hierarchical allreduce "
+                                  << (selector_->hierarchical_eligible() ? "available" : "unavailable")
+                                  << "; allreduce 4K/1M/64M -> " << algo::to_string(choose_allreduce(4 << 10)) << "/"
+                                  << algo::to_string(choose_allreduce(1 << 20)) << "/"
+                                  << algo::to_string(choose_allreduce(64 << 20)));
+    HIERCOLL_LOG(kInfo, "machine: " << detect_machine().describe());
+  }
 }
 
-void CommunicatorImpl::bootstrap(Store& store) {
+void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
+  // The node identity is published first: once a rank's address is there, so is its node.
+  std::string node_id = env_string("HIERCOLL_NODE_ID").value_or("");
+  if (node_id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    node_id = host;
+  }
+  store.set("node/" + std::to_string(rank_), node_id);
   store.set("addr/" + std::to_string(rank_), endpoint_->address());
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back("addr/" + std::to_string(r));
@@ -98,8 +113,41 @@ void CommunicatorImpl::bootstrap(Store& store) {
                        " ms (communicator '" + options_.name + "')");
   }
   std::vector<std::vector<uint8_t>> addresses;
-  for (const auto& key : keys) addresses.push_back(store.get(key));
+  std::vector<std::string> node_ids;
+  for (int r = 0; r < size_; ++r) {
+    addresses.push_back(store.get(keys[r]));
+    node_ids.push_back(store.get_string("node/" + std::to_string(r)));
+  }
   endpoint_->connect(rank_, addresses);
+  layout_ = Layout::from_node_ids(node_ids, rank_);
+  setup_hierarchy(store, instance);
+}
+
+void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance) {
+  hierarchy_.local_rank = layout_.local_rank;
+  hierarchy_.local_size = layout_.local_size;
+  hierarchy_.node = layout_.node;
+  bool ready = layout_.regular() && layout_.local_size > 1;
+  if (layout_.regular()) {
+    for (int n = 0; n < layout_.node_count; ++n) hierarchy_.rail.push_back(layout_.rank_at(n, layout_.local_rank));
+    hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
+  }
+  if (ready) {
+    transport::sweep_stale_segments();
+    const std::string key = "shm/" + std::to_string(layout_.node);
+    const int buffers = 2;
+    if (layout_.local_rank == 0) {
+      char tag[64];
+      std::snprintf(tag, sizeof(tag), "%04x-%d", context_of(instance), layout_.node);
+      arena_ = transport::NodeArena::create(tag, layout_.local_size, buffers, cost_model_.shm_piece_bytes);
+      store.set(key, arena_->name());
+    } else {
+      arena_ = transport::NodeArena::attach(store.get_string(key), layout_.local_rank, layout_.local_size, buffers,
+                                            cost_model_.shm_piece_bytes);
+    }
+    hierarchy_.arena = arena_.get();
+  }
+  selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -237,15 +285,6 @@ void CommunicatorImpl::progress_loop() {
     endpoint_->cancel_all("the communicator was aborted");
     poll_p2p(true, "the communicator was aborted");
   }
-}
-
-AllreduceAlgo CommunicatorImpl::choose_allreduce(size_t bytes) const {
-  if (forced_allreduce_ != AllreduceAlgo::kAuto) return forced_allreduce_;
-  return bytes <= small_message_bytes_ ? AllreduceAlgo::kRecursiveDoubling : AllreduceAlgo::kRing;
-}
-
-std::string CommunicatorImpl::allreduce_algorithm(size_t bytes) const {
-  return choose_allreduce(bytes) == AllreduceAlgo::kRing ? "ring" : "rd";
 }
 
 }  // namespace hiercoll::core

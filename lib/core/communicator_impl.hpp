@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "algo/channel.hpp"
+#include "algo/hierarchy.hpp"
+#include "algo/select.hpp"
 #include "core/work_state.hpp"
 #include "hiercoll/communicator.hpp"
+#include "hiercoll/topology.hpp"
 #include "transport/transport.hpp"
 
 namespace hiercoll::core {
-
-/// Allreduce algorithms the selector knows (HIERCOLL_ALGO forces one).
-enum class AllreduceAlgo { kAuto, kRing, kRecursiveDoubling };
 
 class CommunicatorImpl {
  public:
@@ -36,9 +36,10 @@ class CommunicatorImpl {
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
   void abort();
-  std::string allreduce_algorithm(size_t bytes) const;
-  AllreduceAlgo choose_allreduce(size_t bytes) const;
+  algo::AllreduceAlgo choose_allreduce(size_t bytes) const { return selector_->choose(bytes); }
   uint16_t context() const { return context_; }
+  const Layout& layout() const { return layout_; }
+  algo::Hierarchy& hierarchy() { return hierarchy_; }
 
  private:
   struct Op {
@@ -55,7 +56,8 @@ class CommunicatorImpl {
     std::string what;
   };
 
-  void bootstrap(Store& store);
+  void bootstrap(Store& store, const std::string& instance);
+  void setup_hierarchy(Store& store, const std::string& instance);
   void progress_loop();
   void run_op(Op& op);
   void poll_p2p(bool all_failed, const std::string& reason);
@@ -66,8 +68,11 @@ class CommunicatorImpl {
   uint16_t context_ = 0;
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
-  AllreduceAlgo forced_allreduce_ = AllreduceAlgo::kAuto;
-  size_t small_message_bytes_ = 64 << 10;
+  algo::CostModel cost_model_;
+  std::unique_ptr<algo::AllreduceSelector> selector_;
+  Layout layout_;
+  std::unique_ptr<transport::NodeArena> arena_;
+  algo::Hierarchy hierarchy_;
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<transport::Endpoint> endpoint_;

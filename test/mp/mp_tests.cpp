@@ -3,6 +3,10 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
+
+#include <csignal>
+
 #include "launcher.hpp"
 
 using hiercoll::test::launch;
@@ -32,6 +36,67 @@ TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][a
   auto result = launch(ranks, HIERCOLL_MP_WORKER, {"allreduce"}, options);
   INFO(result.report());
   CHECK(result.all_ok());
+}
+
+struct Shape {
+  const char* name;
+  std::vector<int> node_of;
+};
+
+TEST_CASE("hierarchical allreduce equals the serial reference on emulated node layouts", "[mp][hier]") {
+  auto shape = GENERATE(Shape{"1x4", {0, 0, 0, 0}}, Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}},
+                        Shape{"2x3", {0, 0, 0, 1, 1, 1}}, Shape{"irregular 2+1", {0, 0, 1}},
+                        Shape{"irregular 1+3+1", {0, 1, 1, 1, 2}}, Shape{"interleaved 2x2", {0, 1, 0, 1}});
+  auto options = loopback({{"HIERCOLL_ALGO", "hier"}, {"HIERCOLL_SHM_PIECE_BYTES", "64K"},
+                           {"HIERCOLL_CHUNK_BYTES", "16K"}});
+  options.node_of = shape.node_of;
+  INFO("layout " << shape.name);
+  auto result = launch(static_cast<int>(shape.node_of.size()), HIERCOLL_MP_WORKER, {"allreduce"}, options);
+  INFO(result.report());
+  CHECK(result.all_ok());
+}
+
+TEST_CASE("ranks are grouped into nodes by HIERCOLL_NODE_ID", "[mp][hier]") {
+  auto options = loopback();
+  options.node_of = {1, 0, 1, 0, 1, 0};  // node numbers follow the lowest rank: rank 0's node is node 0
+  auto result = launch(6, HIERCOLL_MP_WORKER, {"layout"}, options);
+  INFO(result.report());
+  REQUIRE(result.all_ok());
+  for (int r = 0; r < 6; ++r) {
+    std::string want = "LAYOUT rank=" + std::to_string(r) + " node=" + std::to_string(r % 2) +
+                       " local_rank=" + std::to_string(r / 2) + " local_size=3 nodes=2";
+    CHECK(result.ranks[r].output.find(want) != std::string::npos);
+  }
+}
+
+namespace {
+int count_segments() {
+  int count = 0;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) count += std::string(entry->d_name).rfind("hiercoll-", 0) == 0;
+    closedir(dir);
+  }
+  return count;
+}
+}  // namespace
+
+TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves no shared memory", "[mp][errors][hier]") {
+  std::string algo = GENERATE(std::string("ring"), std::string("hier"));
+  int before = count_segments();
+  auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "4000"}, {"HIERCOLL_ALGO", algo}, {"HIERCOLL_TEST_DIE_RANK", "1"}});
+  options.node_of = {0, 0, 1, 1};
+  options.timeout = std::chrono::seconds(60);
+  auto start = std::chrono::steady_clock::now();
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"die"}, options);
+  INFO(algo << "\n" << result.report());
+  CHECK_FALSE(result.timed_out);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  CHECK(result.ranks[1].exit_code == -SIGKILL);
+  for (int r : {0, 2, 3}) {
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(result.ranks[r].output.find("EXPECTED ERROR") != std::string::npos);
+  }
+  CHECK(count_segments() <= before);
 }
 
 TEST_CASE("the other collectives equal the serial reference", "[mp][collectives]") {

@@ -1,6 +1,7 @@
 // One rank of the multi-process tests, started by test/common/launcher (or mpirun). Each scenario runs
 // real collectives and compares this rank's results, element by element, with a serial reference that
 // the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -235,6 +236,30 @@ void run_mismatch(Communicator& comm) {
   }
 }
 
+// Rank HIERCOLL_TEST_DIE_RANK kills itself in the middle of a series of large allreduces; every other
+// rank must fail with an error within the timeout (never hang) and say which operation failed.
+void run_die(Communicator& comm) {
+  int die_rank = std::atoi(std::getenv("HIERCOLL_TEST_DIE_RANK") ? std::getenv("HIERCOLL_TEST_DIE_RANK") : "1");
+  std::vector<float> data(4u << 20, 1.0f);
+  try {
+    for (int i = 0; i < 50; ++i) {
+      if (comm.rank() == die_rank && i == 3) raise(SIGKILL);
+      comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    }
+    std::printf("FAIL: survived a dead peer\n");
+    ++g_failures;
+  } catch (const Error& e) {
+    std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
+// Prints the layout the communicator found, for the test to compare with what it launched.
+void run_layout(Communicator& comm) {
+  const Layout& layout = comm.layout();
+  std::printf("LAYOUT rank=%d node=%d local_rank=%d local_size=%d nodes=%d algo64M=%s\n", comm.rank(), layout.node,
+              layout.local_rank, layout.local_size, layout.node_count, comm.allreduce_algorithm(64 << 20).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,6 +270,8 @@ int main(int argc, char** argv) {
     else if (scenario == "collectives") run_collectives(comm);
     else if (scenario == "errors") run_errors(comm);
     else if (scenario == "mismatch") run_mismatch(comm);
+    else if (scenario == "die") run_die(comm);
+    else if (scenario == "layout") run_layout(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());

@@ -60,6 +60,12 @@ std::string LaunchResult::report() const {
   return out.str();
 }
 
+std::vector<int> regular_nodes(int nodes, int per_node) {
+  std::vector<int> node_of;
+  for (int n = 0; n < nodes; ++n) node_of.insert(node_of.end(), static_cast<size_t>(per_node), n);
+  return node_of;
+}
+
 LaunchResult launch(int ranks, const std::string& program, const std::vector<std::string>& args,
                     const LaunchOptions& options) {
   std::string dir = make_temp_dir();
@@ -81,6 +87,9 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
       setenv("HIERCOLL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("HIERCOLL_STORE", store.c_str(), 1);
       for (const auto& [key, value] : options.env) setenv(key.c_str(), value.c_str(), 1);
+      if (r < static_cast<int>(options.node_of.size())) {
+        setenv("HIERCOLL_NODE_ID", ("node" + std::to_string(options.node_of[r])).c_str(), 1);
+      }
       auto extra = options.rank_env.find(r);
       if (extra != options.rank_env.end()) {
         for (const auto& [key, value] : extra->second) setenv(key.c_str(), value.c_str(), 1);

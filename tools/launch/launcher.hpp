@@ -21,7 +21,9 @@ struct LaunchOptions {
   int launch_only = -1;        ///< start only this many of the ranks (to simulate ranks that never arrive)
   /// Per-rank extra variables, e.g. {{2, {{"HIERCOLL_TEST_DIE_AT", "3"}}}}.
   std::map<int, std::map<std::string, std::string>> rank_env;
-  bool inherit_output = false;  ///< ranks write to our stdout/stderr instead of captured logs
+  bool inherit_output = false;
+  /// Emulated nodes on one host: rank r gets HIERCOLL_NODE_ID=node<node_of[r]> (empty: no override).
+  std::vector<int> node_of;  ///< ranks write to our stdout/stderr instead of captured logs
 };
 
 struct LaunchResult {
@@ -30,6 +32,9 @@ struct LaunchResult {
   bool all_ok() const;
   std::string report() const;  ///< every rank's exit code and output, for failure messages
 };
+
+/// node_of for `nodes` x `per_node` ranks, consecutive ranks per node.
+std::vector<int> regular_nodes(int nodes, int per_node);
 
 LaunchResult launch(int ranks, const std::string& program, const std::vector<std::string>& args,
                     const LaunchOptions& options = {});

@@ -1,5 +1,6 @@
 // hiercoll_launch: start N local ranks of a program with a rendezvous store, like a minimal mpirun.
-//   hiercoll_launch -n 4 [--tcp-store] [--timeout SECONDS] [-x NAME=VALUE]... -- program [args...]
+//   hiercoll_launch -n 4 [--ranks-per-node K] [--tcp-store] [--timeout SECONDS] [-x NAME=VALUE]... -- program [args]
+// --ranks-per-node emulates nodes on one host: ranks r*K..r*K+K-1 get HIERCOLL_NODE_ID=node<r>.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -7,7 +8,7 @@
 #include "launcher.hpp"
 
 int main(int argc, char** argv) {
-  int ranks = 1;
+  int ranks = 1, ranks_per_node = 0;
   hiercoll::test::LaunchOptions options;
   options.inherit_output = true;
   options.timeout = std::chrono::seconds(3600);
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
     }
     if ((arg == "-n" || arg == "-np") && i + 1 < argc) {
       ranks = std::atoi(argv[++i]);
+    } else if (arg == "--ranks-per-node" && i + 1 < argc) {
+      ranks_per_node = std::atoi(argv[++i]);
     } else if (arg == "--tcp-store") {
       options.tcp_store = true;
     } else if (arg == "--timeout" && i + 1 < argc) {
@@ -37,8 +40,11 @@ int main(int argc, char** argv) {
     }
   }
   if (i >= argc || ranks < 1) {
-    std::fprintf(stderr, "usage: hiercoll_launch -n RANKS [--tcp-store] [--timeout S] [-x NAME=VALUE]... -- program [args]\n");
+    std::fprintf(stderr, "usage: hiercoll_launch -n RANKS [--ranks-per-node K] [--tcp-store] [--timeout S] [-x NAME=VALUE]... -- program [args]\n");
     return 2;
+  }
+  if (ranks_per_node > 0) {  // emulate nodes on this host (HIERCOLL_NODE_ID)
+    for (int r = 0; r < ranks; ++r) options.node_of.push_back(r / ranks_per_node);
   }
   std::vector<std::string> args(argv + i + 1, argv + argc);
   auto result = hiercoll::test::launch(ranks, argv[i], args, options);

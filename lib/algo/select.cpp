@@ -1,0 +1,108 @@
+#include "algo/select.hpp"
+
+#include <cmath>
+
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll::algo {
+
+const char* to_string(AllreduceAlgo algo) {
+  switch (algo) {
+    case AllreduceAlgo::kRing: return "ring";
+    case AllreduceAlgo::kRecursiveDoubling: return "rd";
+    case AllreduceAlgo::kHierarchical: return "hier";
+  }
+  return "?";
+}
+
+// Flat ring over n ranks: 2(n-1) steps of S/n each; every step crosses the fabric.
+double CostModel::ring(double bytes, const Layout& layout) const {
+  int n = layout.size;
+  if (n == 1) return 0;
+  return 2.0 * (n - 1) * net.seconds(bytes / n);
+}
+
+// Recursive doubling: ceil(log2 n) full-size exchanges, plus fold-in and fold-out for n not a power of two.
+double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
+  int n = layout.size;
+  if (n == 1) return 0;
+  int rounds = static_cast<int>(std::floor(std::log2(n)));
+  if ((1 << rounds) != n) rounds += 2;
+  return rounds * net.seconds(bytes);
+}
+
+// Hierarchical: per piece two node barriers and about 3S of shared-memory traffic per rank (copy in,
+// reduce L shards of S/L, publish and copy out), plus an inter-node ring on S/L per local rank. The L
+// rails share the node's link, so the node moves 2(N-1)/N * S through it, as one ring over N ranks would.
+double CostModel::hierarchical(double bytes, const Layout& layout) const {
+  int nodes = layout.node_count, local = layout.local_size;
+  double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(shm_piece_bytes)));
+  double intra = local > 1 ? pieces * 2 * shm.latency_us * 1e-6 + 3 * bytes / (shm.bandwidth_gbps * 1e9) : 0;
+  double inter = 0;
+  if (nodes > 1) inter = 2.0 * (nodes - 1) * (net.latency_us * 1e-6 + bytes / nodes / (net.bandwidth_gbps * 1e9));
+  return intra + inter;
+}
+
+CostModel CostModel::from_env() {
+  CostModel model;
+  auto read = [](const char* name, double fallback) {
+    auto text = core::env_string(name);
+    if (!text) return fallback;
+    char* end = nullptr;
+    double value = std::strtod(text->c_str(), &end);
+    if (end == text->c_str() || *end != '\0' || value <= 0) {
+      throw InvalidUsageError(std::string(name) + "='" + *text + "' is not a positive number");
+    }
+    return value;
+  };
+  model.net.latency_us = read("HIERCOLL_NET_LAT_US", model.net.latency_us);
+  model.net.bandwidth_gbps = read("HIERCOLL_NET_BW_GBPS", model.net.bandwidth_gbps);
+  model.shm.latency_us = read("HIERCOLL_SHM_LAT_US", model.shm.latency_us);
+  model.shm.bandwidth_gbps = read("HIERCOLL_SHM_BW_GBPS", model.shm.bandwidth_gbps);
+  model.shm_piece_bytes = core::env_bytes("HIERCOLL_SHM_PIECE_BYTES", model.shm_piece_bytes);
+  return model;
+}
+
+size_t crossover_bytes(const CostModel& model, int ranks) {
+  Layout flat = Layout::from_node_ids(std::vector<std::string>(static_cast<size_t>(std::max(1, ranks)), "n"), 0);
+  size_t bytes = 1024;
+  while (bytes < (size_t{1} << 34) && model.recursive_doubling(static_cast<double>(bytes), flat) <=
+                                          model.ring(static_cast<double>(bytes), flat)) {
+    bytes *= 2;
+  }
+  return bytes / 2;
+}
+
+AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready)
+    : model_(model), layout_(std::move(layout)), hierarchy_ready_(hierarchy_ready) {
+  if (auto algo = core::env_string("HIERCOLL_ALGO")) {
+    forced_ = true;
+    if (*algo == "ring") forced_algo_ = AllreduceAlgo::kRing;
+    else if (*algo == "rd") forced_algo_ = AllreduceAlgo::kRecursiveDoubling;
+    else if (*algo == "hier") forced_algo_ = AllreduceAlgo::kHierarchical;
+    else throw InvalidUsageError("HIERCOLL_ALGO='" + *algo + "' is not one of: ring, rd, hier");
+    if (forced_algo_ == AllreduceAlgo::kHierarchical && !hierarchy_ready_) {
+      HIERCOLL_LOG(kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe()
+                                                                 << ") is irregular: using ring instead");
+      forced_algo_ = AllreduceAlgo::kRing;
+    }
+  }
+}
+
+AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
+  if (forced_) return forced_algo_;
+  double size = static_cast<double>(bytes);
+  AllreduceAlgo best = AllreduceAlgo::kRing;
+  double best_time = model_.ring(size, layout_);
+  double rd = model_.recursive_doubling(size, layout_);
+  if (rd < best_time) {
+    best = AllreduceAlgo::kRecursiveDoubling;
+    best_time = rd;
+  }
+  if (hierarchy_ready_ && model_.hierarchical(size, layout_) < best_time) best = AllreduceAlgo::kHierarchical;
+  return best;
+}
+
+}  // namespace hiercoll::algo

@@ -1,0 +1,53 @@
+#pragma once
+// Allreduce algorithm selection by an alpha-beta cost model (docs/design.md, "Choosing an algorithm"):
+// every algorithm's time is  latency x steps + bytes on the bottleneck link / its bandwidth,  and the
+// cheapest eligible one is chosen per call. HIERCOLL_ALGO forces one.
+#include <cstddef>
+#include <string>
+
+#include "hiercoll/topology.hpp"
+
+namespace hiercoll::algo {
+
+enum class AllreduceAlgo { kRing, kRecursiveDoubling, kHierarchical };
+const char* to_string(AllreduceAlgo algo);
+
+struct LinkFigures {
+  double latency_us = 50;      ///< per message
+  double bandwidth_gbps = 1;   ///< GB/s (1e9 bytes per second)
+  double seconds(double bytes) const { return latency_us * 1e-6 + bytes / (bandwidth_gbps * 1e9); }
+};
+
+struct CostModel {
+  LinkFigures net{30, 1.0};   ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
+  LinkFigures shm{5, 4.0};    ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
+  size_t shm_piece_bytes = 2 << 20;
+
+  /// Predicted seconds for an allreduce of `bytes` on `layout`.
+  double ring(double bytes, const Layout& layout) const;
+  double recursive_doubling(double bytes, const Layout& layout) const;
+  double hierarchical(double bytes, const Layout& layout) const;
+
+  static CostModel from_env();
+};
+
+/// Smallest message for which the ring beats recursive doubling among `ranks` ranks of the fabric.
+size_t crossover_bytes(const CostModel& model, int ranks);
+
+class AllreduceSelector {
+ public:
+  AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready);
+  /// The algorithm for an allreduce of `bytes`: forced by HIERCOLL_ALGO, else the cheapest eligible.
+  AllreduceAlgo choose(size_t bytes) const;
+  bool hierarchical_eligible() const { return hierarchy_ready_; }
+  const CostModel& model() const { return model_; }
+
+ private:
+  CostModel model_;
+  Layout layout_;
+  bool hierarchy_ready_;
+  bool forced_ = false;
+  AllreduceAlgo forced_algo_ = AllreduceAlgo::kRing;
+};
+
+}  // namespace hiercoll::algo

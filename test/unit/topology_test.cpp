@@ -1,0 +1,58 @@
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "algo/select.hpp"
+#include "hiercoll/topology.hpp"
+
+using namespace hiercoll;
+
+namespace {
+std::vector<std::string> nodes(int count, int per_node) {
+  std::vector<std::string> ids;
+  for (int n = 0; n < count; ++n) ids.insert(ids.end(), static_cast<size_t>(per_node), "host" + std::to_string(n));
+  return ids;
+}
+}  // namespace
+
+TEST_CASE("a 4-node x 8-GPU layout is built from host identities", "[topo]") {
+  auto ids = nodes(4, 8);
+  for (int r : {0, 7, 8, 31}) {
+    Layout layout = Layout::from_node_ids(ids, r);
+    CHECK(layout.node_count == 4);
+    CHECK(layout.node == r / 8);
+    CHECK(layout.local_rank == r % 8);
+    CHECK(layout.local_size == 8);
+    CHECK(layout.regular());
+    CHECK(layout.rank_at(3, 5) == 29);
+  }
+  CHECK(Layout::from_node_ids(ids, 0).describe().rfind("4 nodes x 8 ranks: node0=[0,1,2,3,4,5,6,7]", 0) == 0);
+}
+
+TEST_CASE("interleaved and irregular layouts are grouped by first appearance", "[topo]") {
+  Layout layout = Layout::from_node_ids({"b", "a", "b", "c", "a"}, 4);
+  CHECK(layout.node_count == 3);
+  CHECK(layout.node_ranks[0] == std::vector<int>{0, 2});  // "b" holds rank 0, so it is node 0
+  CHECK(layout.node_ranks[1] == std::vector<int>{1, 4});
+  CHECK(layout.node_ranks[2] == std::vector<int>{3});
+  CHECK(layout.node == 1);
+  CHECK(layout.local_rank == 1);
+  CHECK_FALSE(layout.regular());
+}
+
+TEST_CASE("the cost model picks recursive doubling small, hierarchical large on several nodes", "[select]") {
+  algo::CostModel model;
+  model.net = {30, 1.0};
+  model.shm = {2, 20.0};  // shared memory much faster than the network, as on a real node
+  Layout two_by_two = Layout::from_node_ids(nodes(2, 2), 0);
+  algo::AllreduceSelector selector(model, two_by_two, true);
+  CHECK(selector.choose(1024) == algo::AllreduceAlgo::kRecursiveDoubling);
+  CHECK(selector.choose(64 << 20) == algo::AllreduceAlgo::kHierarchical);
+  // Without a usable hierarchy (irregular layout), large messages take the ring.
+  algo::AllreduceSelector flat(model, two_by_two, false);
+  CHECK(flat.choose(64 << 20) == algo::AllreduceAlgo::kRing);
+  // Hierarchical moves 2(N-1)/N S through the node link, the ring 2(n-1)/n S: 1.0 vs 1.5 at 2x2.
+  double ratio = model.ring(64e6, two_by_two) / model.hierarchical(64e6, two_by_two);
+  CHECK(ratio > 1.2);
+  CHECK(algo::crossover_bytes(model, 2) >= 1024);
+}
