@@ -6,6 +6,11 @@
 
 namespace hiercoll::algo {
 
+class BackgroundWorker;
+
+/// Buffer sets the node arena needs for the pipelined hierarchical allreduce (see allreduce_hier.cpp).
+inline constexpr int kHierBufferSets = 3;
+
 struct Hierarchy {
   transport::NodeArena* arena = nullptr;  ///< this node's shared memory; null if alone on the node
   std::vector<int> rail;                  ///< world ranks with this rank's local rank, one per node, by node
@@ -15,6 +20,7 @@ struct Hierarchy {
   /// Pieces run through the arena so far, over all operations: it picks the buffer set, which must
   /// alternate across operations too (only the progress thread touches it).
   uint64_t pieces_done = 0;
+  BackgroundWorker* network = nullptr;  ///< runs the inter-node phase beside the shared-memory phases
 };
 
 }  // namespace hiercoll::algo

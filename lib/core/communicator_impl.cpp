@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "algo/algorithms.hpp"
+#include "algo/background.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "hiercoll/errors.hpp"
@@ -135,7 +136,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
   if (ready) {
     transport::sweep_stale_segments();
     const std::string key = "shm/" + std::to_string(layout_.node);
-    const int buffers = 2;
+    const int buffers = algo::kHierBufferSets;
     if (layout_.local_rank == 0) {
       char tag[64];
       std::snprintf(tag, sizeof(tag), "%04x-%d", context_of(instance), layout_.node);
@@ -146,6 +147,8 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
                                             cost_model_.shm_piece_bytes);
     }
     hierarchy_.arena = arena_.get();
+    network_worker_ = std::make_unique<algo::BackgroundWorker>();
+    hierarchy_.network = network_worker_.get();
   }
   selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready);
 }

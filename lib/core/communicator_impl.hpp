@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "algo/background.hpp"
 #include "algo/channel.hpp"
 #include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
@@ -72,6 +73,7 @@ class CommunicatorImpl {
   std::unique_ptr<algo::AllreduceSelector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;
+  std::unique_ptr<algo::BackgroundWorker> network_worker_;
   algo::Hierarchy hierarchy_;
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;

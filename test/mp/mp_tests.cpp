@@ -123,8 +123,10 @@ TEST_CASE("bad input gives clear errors and leaves the communicator usable", "[m
 
 TEST_CASE("ranks that disagree on the count all get an error, none hangs", "[mp][errors]") {
   int ranks = GENERATE(2, 3);
-  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"mismatch"}, loopback({{"HIERCOLL_TIMEOUT_MS", "5000"}}));
-  INFO(result.report());
+  std::string algo = GENERATE(std::string("ring"), std::string("rd"), std::string("hier"));
+  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"mismatch"},
+                       loopback({{"HIERCOLL_TIMEOUT_MS", "5000"}, {"HIERCOLL_ALGO", algo}}));
+  INFO(algo << "\n" << result.report());
   CHECK(result.all_ok());
   for (const auto& rank : result.ranks) CHECK(rank.output.find("EXPECTED ERROR") != std::string::npos);
 }

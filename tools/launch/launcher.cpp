@@ -69,7 +69,10 @@ std::vector<int> regular_nodes(int nodes, int per_node) {
 LaunchResult launch(int ranks, const std::string& program, const std::vector<std::string>& args,
                     const LaunchOptions& options) {
   std::string dir = make_temp_dir();
-  std::string store = options.tcp_store ? "tcp://127.0.0.1:" + std::to_string(free_port()) : "file://" + dir + "/store";
+  // A file store cannot cross namespaces' network, but it can cross their (shared) file system; a TCP
+  // store in namespaces must listen on rank 0's node address.
+  std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(free_port())
+                                        : "file://" + dir + "/store";
   int started = options.launch_only >= 0 ? options.launch_only : ranks;
   std::vector<pid_t> pids;
   for (int r = 0; r < started; ++r) {
@@ -95,10 +98,17 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
         for (const auto& [key, value] : extra->second) setenv(key.c_str(), value.c_str(), 1);
       }
       std::vector<char*> argv;
+      std::string netns;
+      if (!options.netns_prefix.empty() && r < static_cast<int>(options.node_of.size())) {
+        netns = options.netns_prefix + std::to_string(options.node_of[r]);
+        setenv("HIERCOLL_FABRIC_IFACE", "hcnic", 1);
+        for (const char* word : {"ip", "netns", "exec"}) argv.push_back(const_cast<char*>(word));
+        argv.push_back(const_cast<char*>(netns.c_str()));
+      }
       argv.push_back(const_cast<char*>(program.c_str()));
       for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
       argv.push_back(nullptr);
-      execv(program.c_str(), argv.data());
+      execvp(argv[0], argv.data());
       std::perror("execv");
       _exit(127);
     }

@@ -23,7 +23,11 @@ struct LaunchOptions {
   std::map<int, std::map<std::string, std::string>> rank_env;
   bool inherit_output = false;
   /// Emulated nodes on one host: rank r gets HIERCOLL_NODE_ID=node<node_of[r]> (empty: no override).
-  std::vector<int> node_of;  ///< ranks write to our stdout/stderr instead of captured logs
+  std::vector<int> node_of;
+  /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/cluster), using
+  /// its NIC "hcnic"; rank 0 serves the TCP store at store_host.
+  std::string netns_prefix;
+  std::string store_host = "127.0.0.1";  ///< ranks write to our stdout/stderr instead of captured logs
 };
 
 struct LaunchResult {

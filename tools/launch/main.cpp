@@ -1,6 +1,7 @@
 // hiercoll_launch: start N local ranks of a program with a rendezvous store, like a minimal mpirun.
 //   hiercoll_launch -n 4 [--ranks-per-node K] [--tcp-store] [--timeout SECONDS] [-x NAME=VALUE]... -- program [args]
 // --ranks-per-node emulates nodes on one host: ranks r*K..r*K+K-1 get HIERCOLL_NODE_ID=node<r>.
+// --netns PREFIX (with --ranks-per-node) runs node k's ranks inside namespace PREFIXk (scripts/cluster).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -23,6 +24,9 @@ int main(int argc, char** argv) {
       ranks = std::atoi(argv[++i]);
     } else if (arg == "--ranks-per-node" && i + 1 < argc) {
       ranks_per_node = std::atoi(argv[++i]);
+    } else if (arg == "--netns" && i + 1 < argc) {
+      options.netns_prefix = argv[++i];
+      options.store_host = "10.77.0.1";  // scripts/cluster's first node
     } else if (arg == "--tcp-store") {
       options.tcp_store = true;
     } else if (arg == "--timeout" && i + 1 < argc) {
@@ -40,7 +44,7 @@ int main(int argc, char** argv) {
     }
   }
   if (i >= argc || ranks < 1) {
-    std::fprintf(stderr, "usage: hiercoll_launch -n RANKS [--ranks-per-node K] [--tcp-store] [--timeout S] [-x NAME=VALUE]... -- program [args]\n");
+    std::fprintf(stderr, "usage: hiercoll_launch -n RANKS [--ranks-per-node K [--netns PREFIX]] [--tcp-store] [--timeout S] [-x NAME=VALUE]... -- program [args]\n");
     return 2;
   }
   if (ranks_per_node > 0) {  // emulate nodes on this host (HIERCOLL_NODE_ID)

@@ -37,14 +37,22 @@ std::atomic<uint64_t>& NodeArena::flag(int owner) const {
   return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<uint8_t*>(segment_.data()) + owner * kLine);
 }
 
+// Two signature slots per rank, by epoch parity: a rank can run at most one barrier ahead of us (it cannot
+// pass the next one without us), so it never overwrites the slot of the barrier we are checking.
+std::atomic<uint64_t>& NodeArena::signature(int owner, uint64_t epoch) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<uint8_t*>(segment_.data()) + owner * kLine + 8 +
+                                                   8 * (epoch % 2));
+}
+
 uint8_t* NodeArena::area(int buffer, int owner) const {
   return static_cast<uint8_t*>(segment_.data()) + header_bytes(local_size_) +
          (static_cast<size_t>(buffer % buffers_) * local_size_ + owner) * area_bytes_;
 }
 
 void NodeArena::barrier(std::chrono::steady_clock::time_point deadline, const std::string& what,
-                        const std::atomic<bool>& aborted) {
+                        const std::atomic<bool>& aborted, uint64_t expected_signature) {
   ++epoch_;
+  signature(local_rank_, epoch_).store(expected_signature, std::memory_order_relaxed);
   flag(local_rank_).store(epoch_, std::memory_order_release);
   auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
   for (int other = 0; other < local_size_; ++other) {
@@ -60,6 +68,13 @@ void NodeArena::barrier(std::chrono::steady_clock::time_point deadline, const st
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
+    }
+  }
+  if (expected_signature == 0) return;
+  for (int other = 0; other < local_size_; ++other) {
+    if (signature(other, epoch_).load(std::memory_order_relaxed) != expected_signature) {
+      throw InvalidUsageError(what + ": local rank " + std::to_string(other) +
+                              " called this operation with a different count, type or op");
     }
   }
 }

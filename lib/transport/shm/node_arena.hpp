@@ -1,7 +1,7 @@
 #pragma once
 // NodeArena: one shared-memory segment per node through which its local ranks exchange data.
 //
-// Layout: a header of per-rank flags (one cache line each), then `buffers` x local_size data areas of
+// Layout: a header of per-rank flag and signature words (one cache line per rank), then `buffers` x local_size data areas of
 // `area_bytes` each. Synchronisation is a flag barrier: each rank publishes an increasing epoch and waits
 // until every local rank has published at least as much, spinning briefly then sleeping, and giving up
 // with TimeoutError (naming the local rank it waited for) at the deadline.
@@ -31,13 +31,16 @@ class NodeArena {
   uint8_t* area(int buffer, int owner) const;
 
   /// Waits until every local rank reached this barrier. `what` names the operation in errors.
+  /// A non-zero `signature` (a digest of the operation's arguments) must be the same on every local rank,
+  /// else InvalidUsageError: ranks called different operations or sizes, which would corrupt data silently.
   void barrier(std::chrono::steady_clock::time_point deadline, const std::string& what,
-               const std::atomic<bool>& aborted);
+               const std::atomic<bool>& aborted, uint64_t signature = 0);
 
  private:
   NodeArena(ShmSegment segment, int local_rank, int local_size, int buffers, size_t area_bytes);
   static size_t header_bytes(int local_size);
   std::atomic<uint64_t>& flag(int owner) const;
+  std::atomic<uint64_t>& signature(int owner, uint64_t epoch) const;
 
   ShmSegment segment_;
   int local_rank_, local_size_, buffers_;

@@ -1,0 +1,52 @@
+#pragma once
+// BackgroundWorker: one helper thread that runs one job at a time for the progress thread, so a
+// pipelined algorithm can overlap a network phase with shared-memory work. While a job runs, the
+// caller must not touch what the job uses (e.g. the endpoint): the job owns it until wait() returns.
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace hiercoll::algo {
+
+class BackgroundWorker {
+ public:
+  BackgroundWorker();
+  ~BackgroundWorker();
+  BackgroundWorker(const BackgroundWorker&) = delete;
+  BackgroundWorker& operator=(const BackgroundWorker&) = delete;
+
+  /// Starts `job`; at most one at a time (call wait() first).
+  void start(std::function<void()> job);
+  /// Blocks until the job finished; rethrows its exception.
+  void wait();
+  bool busy() const;
+
+ private:
+  void loop();
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool running_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+/// Waits for a started job when the scope unwinds (the job may reference the scope's data).
+class JoinOnExit {
+ public:
+  explicit JoinOnExit(BackgroundWorker& worker) : worker_(worker) {}
+  ~JoinOnExit() {
+    try {
+      if (worker_.busy()) worker_.wait();
+    } catch (...) {  // the scope is already failing with its own error
+    }
+  }
+
+ private:
+  BackgroundWorker& worker_;
+};
+
+}  // namespace hiercoll::algo
