@@ -1,0 +1,116 @@
+// NCCL on GPU buffers (one GPU per rank: device = local rank modulo the device count), rendezvous
+// through hiercoll's store. Built when the CUDA toolkit and NCCL are found; runs only where a GPU is.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend.hpp"
+#include "hiercoll/errors.hpp"
+#include "hiercoll/store.hpp"
+
+namespace hiercoll::bench {
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) throw CudaError(std::string(call) + ": " + cudaGetErrorString(rc));
+}
+void check_nccl(ncclResult_t rc, const char* call) {
+  if (rc != ncclSuccess) throw CudaError(std::string(call) + ": " + ncclGetErrorString(rc));
+}
+
+ncclDataType_t nccl_type(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kUInt8: return ncclUint8;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+int env_int(const char* a, const char* b) {
+  const char* value = std::getenv(a);
+  if (!value) value = std::getenv(b);
+  if (!value) throw InvalidUsageError(std::string("nccl backend: set ") + a);
+  return std::atoi(value);
+}
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend() {
+    rank_ = env_int("HIERCOLL_RANK", "OMPI_COMM_WORLD_RANK");
+    size_ = env_int("HIERCOLL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+    int devices = 0;
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    check_cuda(cudaSetDevice(rank_ % devices), "cudaSetDevice");
+    const char* url = std::getenv("HIERCOLL_STORE");
+    if (!url) throw InvalidUsageError("nccl backend: set HIERCOLL_STORE (hiercoll_launch does)");
+    auto store = open_store(url, rank_);
+    ncclUniqueId id;
+    if (rank_ == 0) {
+      check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      store->set("nccl/id", Store::Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+    } else {
+      auto bytes = store->get("nccl/id");
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+  }
+  ~NcclBackend() override {
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes + 64), "cudaMalloc");
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void upload(void* d, const void* h, size_t n) override { check_cuda(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy"); }
+  void download(void* h, const void* d, size_t n) override { check_cuda(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy"); }
+  void allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
+    check_nccl(ncclAllReduce(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_), "ncclAllReduce");
+  }
+  void reduce_scatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
+    check_nccl(ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_), "ncclReduceScatter");
+  }
+  void allgather(const void* in, void* out, size_t count, DataType type) override {
+    check_nccl(ncclAllGather(in, out, count, nccl_type(type), comm_, stream_), "ncclAllGather");
+  }
+  void broadcast(void* buffer, size_t count, DataType type, int root) override {
+    check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, comm_, stream_), "ncclBroadcast");
+  }
+  void sync() override { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend() { return std::make_unique<NcclBackend>(); }
+
+}  // namespace hiercoll::bench
