@@ -9,6 +9,8 @@
 #include <sched.h>
 
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <thread>
 #include <unordered_set>
 
@@ -127,24 +129,24 @@ class FabricEndpoint final : public Endpoint {
 
   RequestPtr isend(int peer, Tag tag, const void* buffer, size_t bytes) override {
     auto request = make_request(true, peer, tag, bytes, buffer);
-    post([&] {
-      return fi_tsend(ep_, buffer, bytes, descriptor(*request), peers_.at(static_cast<size_t>(peer)), tag,
-                      request->context());
-    }, "fi_tsend", peer);
-    track(request);
+    fi_addr_t address = peers_.at(static_cast<size_t>(peer));
+    submit(request, "fi_tsend", [this, request, buffer, bytes, address, tag] {
+      return fi_tsend(ep_, buffer, bytes, descriptor(*request), address, tag, request->context());
+    });
     return request;
   }
 
   RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) override {
     auto request = make_request(false, peer, tag, bytes, buffer);
     // The source rank is part of the tag (see algo/channel.hpp), so receives need no FI_DIRECTED_RECV.
-    post([&] { return fi_trecv(ep_, buffer, bytes, descriptor(*request), FI_ADDR_UNSPEC, tag, ignore, request->context()); },
-         "fi_trecv", peer);
-    track(request);
+    submit(request, "fi_trecv", [this, request, buffer, bytes, tag, ignore] {
+      return fi_trecv(ep_, buffer, bytes, descriptor(*request), FI_ADDR_UNSPEC, tag, ignore, request->context());
+    });
     return request;
   }
 
   void progress(std::chrono::microseconds max_block) override {
+    post_backlog();
     if (drain_completions(nullptr) > 0 || max_block.count() <= 0) return;
     if (cq_can_wait_) {
       int timeout_ms = static_cast<int>(std::max<int64_t>(1, max_block.count() / 1000));
@@ -156,6 +158,8 @@ class FabricEndpoint final : public Endpoint {
   }
 
   void cancel_all(const std::string& reason) override {
+    for (auto& pending : backlog_) finish_unposted(pending.request.get(), reason);
+    backlog_.clear();
     for (FabricRequest* request : in_flight_) {
       fi_cancel(&ep_->fid, request->context());
     }
@@ -235,23 +239,42 @@ class FabricEndpoint final : public Endpoint {
     return request.registration ? request.registration->descriptor : nullptr;
   }
 
-  // Posts, retrying while the provider's queues are full (FI_EAGAIN) and completing what it can meanwhile.
-  template <typename PostFn>
-  void post(PostFn post_fn, const char* call, int peer) {
-    auto start = std::chrono::steady_clock::now();
-    for (;;) {
+  // Posts now, or, when the provider's queues are full (FI_EAGAIN, e.g. while it cannot reach a peer),
+  // keeps the post in a backlog that progress() retries in order. Never blocks: a request that cannot be
+  // posted simply stays pending, and the waiter's deadline decides when to give up.
+  void submit(const std::shared_ptr<FabricRequest>& request, const char* call, std::function<ssize_t()> post_fn) {
+    if (backlog_.empty()) {
       ssize_t rc = post_fn();
-      if (rc == 0) break;
+      if (rc == 0) {
+        track(request);
+        return;
+      }
       if (rc != -FI_EAGAIN) {
         throw FabricError(fi_message(call, rc) + " (rank " + std::to_string(my_rank_) + ", peer " +
-                          std::to_string(peer) + ")");
-      }
-      drain_completions(nullptr);
-      if (std::chrono::steady_clock::now() - start > std::chrono::minutes(5)) {
-        throw FabricError(std::string(call) + ": provider queue full for 5 minutes (peer " + std::to_string(peer) +
-                          ")");
+                          std::to_string(request->peer) + ")");
       }
     }
+    backlog_.push_back({request, call, std::move(post_fn)});  // after any earlier one: keeps posting order
+  }
+
+  void post_backlog() {
+    while (!backlog_.empty()) {
+      Pending& next = backlog_.front();
+      ssize_t rc = next.post();
+      if (rc == -FI_EAGAIN) return;
+      if (rc == 0) {
+        track(next.request);
+      } else {
+        finish_unposted(next.request.get(), fi_message(next.call, rc));
+      }
+      backlog_.pop_front();
+    }
+  }
+
+  void finish_unposted(FabricRequest* request, const std::string& error) {
+    request->registration.reset();
+    request->error = error;
+    request->state.store(Request::State::kFailed, std::memory_order_release);
   }
 
   // After a successful post the request is the provider's: keep it alive until its completion.
@@ -327,6 +350,12 @@ class FabricEndpoint final : public Endpoint {
   std::vector<fi_addr_t> peers_;
   std::unique_ptr<MrCache> mr_cache_;
   std::unordered_set<FabricRequest*> in_flight_;
+  struct Pending {
+    std::shared_ptr<FabricRequest> request;
+    const char* call;
+    std::function<ssize_t()> post;
+  };
+  std::deque<Pending> backlog_;  // posts the provider refused with FI_EAGAIN, in order
 };
 
 }  // namespace
