@@ -65,14 +65,15 @@ class GlooBackend final : public Backend {
     size_ = env_int("HIERCOLL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
     const char* url = std::getenv("HIERCOLL_STORE");
     if (!url) throw InvalidUsageError("gloo backend: set HIERCOLL_STORE (hiercoll_launch does)");
-    StoreAdapter store(open_store(url, rank_));
+    // Kept for the backend's lifetime: with a TCP store, rank 0 serves it and peers may still be reading.
+    store_ = std::make_unique<StoreAdapter>(open_store(url, rank_));
     gloo::transport::tcp::attr attr;
     const char* iface = std::getenv("HIERCOLL_FABRIC_IFACE");  // same interface as hiercoll's tcp provider
     if (iface) attr.iface = iface;
     else attr.hostname = "127.0.0.1";
     auto device = gloo::transport::tcp::CreateDevice(attr);
     context_ = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-    context_->connectFullMesh(store, device);
+    context_->connectFullMesh(*store_, device);
   }
   std::string name() const override { return "gloo"; }
   int rank() const override { return rank_; }
@@ -118,6 +119,7 @@ class GlooBackend final : public Backend {
 
   int rank_ = 0, size_ = 1;
   uint32_t tag_ = 0;
+  std::unique_ptr<StoreAdapter> store_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };
 

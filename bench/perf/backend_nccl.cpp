@@ -62,7 +62,8 @@ class NcclBackend final : public Backend {
     check_cuda(cudaSetDevice(rank_ % devices), "cudaSetDevice");
     const char* url = std::getenv("HIERCOLL_STORE");
     if (!url) throw InvalidUsageError("nccl backend: set HIERCOLL_STORE (hiercoll_launch does)");
-    auto store = open_store(url, rank_);
+    store_ = open_store(url, rank_);  // kept: rank 0 may serve it while peers still read
+    auto& store = store_;
     ncclUniqueId id;
     if (rank_ == 0) {
       check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -105,6 +106,7 @@ class NcclBackend final : public Backend {
 
  private:
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<Store> store_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };

@@ -100,7 +100,7 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
   auto algo = impl_->choose_allreduce(bytes);
   std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) + "]";
   algo::Hierarchy* hierarchy = &impl_->hierarchy();
-  return impl_->enqueue_collective(what, [=](algo::Channel& ch) {
+  return impl_->enqueue_collective(what, {core::kOpAllreduce, static_cast<uint32_t>(type), static_cast<uint32_t>(op), -1, count}, [=](algo::Channel& ch) {
     switch (algo) {
       case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, in, out, count, type, op); break;
       case algo::AllreduceAlgo::kRecursiveDoubling:
@@ -120,6 +120,7 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   check_overlap("reduce_scatter", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
   return impl_->enqueue_collective(describe("reduce_scatter", recv_count, type) + " " + to_string(op),
+                                   {core::kOpReduceScatter, static_cast<uint32_t>(type), static_cast<uint32_t>(op), -1, recv_count},
                                    [=](algo::Channel& ch) { algo::reduce_scatter_ring(ch, in, out, recv_count, type, op); });
 }
 
@@ -130,7 +131,7 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
   check_buffer("allgather", "output", out, out_bytes, type);
   check_overlap("allgather", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
-  return impl_->enqueue_collective(describe("allgather", send_count, type),
+  return impl_->enqueue_collective(describe("allgather", send_count, type), {core::kOpAllgather, static_cast<uint32_t>(type), static_cast<uint32_t>(0), -1, send_count},
                                    [=](algo::Channel& ch) { algo::allgather_ring(ch, in, out, send_count, type); });
 }
 
@@ -141,6 +142,7 @@ Work Communicator::broadcast(const void* in, void* out, size_t count, DataType t
   check_buffer("broadcast", "output", out, bytes, type);
   if (rank() == root) check_overlap("broadcast", in, bytes, out, bytes, out);
   return impl_->enqueue_collective(describe("broadcast", count, type) + " root " + std::to_string(root),
+                                   {core::kOpBroadcast, static_cast<uint32_t>(type), static_cast<uint32_t>(0), root, count},
                                    [=](algo::Channel& ch) { algo::broadcast_chain(ch, in, out, bytes, root); });
 }
 
@@ -155,6 +157,7 @@ Work Communicator::reduce(const void* in, void* out, size_t count, DataType type
   }
   return impl_->enqueue_collective(describe("reduce", count, type) + " " + to_string(op) + " root " +
                                        std::to_string(root),
+                                   {core::kOpReduce, static_cast<uint32_t>(type), static_cast<uint32_t>(op), root, count},
                                    [=](algo::Channel& ch) { algo::reduce_chain(ch, in, out, count, type, op, root); });
 }
 
@@ -165,11 +168,12 @@ Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, Da
   check_buffer("alltoall", "output", out, bytes, type);
   check_overlap("alltoall", in, bytes, out, bytes, out);
   return impl_->enqueue_collective(describe("alltoall", count_per_rank, type),
+                                   {core::kOpAlltoall, static_cast<uint32_t>(type), static_cast<uint32_t>(0), -1, count_per_rank},
                                    [=](algo::Channel& ch) { algo::alltoall_pairwise(ch, in, out, block); });
 }
 
 Work Communicator::barrier() {
-  return impl_->enqueue_collective("barrier", [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
+  return impl_->enqueue_collective("barrier", {core::kOpBarrier}, [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
 }
 
 Work Communicator::send(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {

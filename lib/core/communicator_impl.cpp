@@ -14,6 +14,20 @@
 #include "reduce/reduce.hpp"
 
 namespace hiercoll::core {
+
+std::string describe_op(const algo::OpDescriptor& d) {
+  static const char* kNames[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+                                 "alltoall", "barrier"};
+  std::string text = d.kind < sizeof(kNames) / sizeof(kNames[0]) ? kNames[d.kind] : "?";
+  if (d.kind == kOpBarrier) return text;
+  text += "(" + std::to_string(d.count) + " x " + to_string(static_cast<DataType>(d.type));
+  if (d.kind == kOpAllreduce || d.kind == kOpReduceScatter || d.kind == kOpReduce) {
+    text += std::string(", ") + to_string(static_cast<ReduceOp>(d.op));
+  }
+  if (d.root >= 0) text += ", root " + std::to_string(d.root);
+  return text + ")";
+}
+
 namespace {
 
 uint16_t context_of(const std::string& name) {
@@ -61,6 +75,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
   }
   cost_model_ = algo::CostModel::from_env();
+  check_collectives_ = env_int("HIERCOLL_CHECK_COLLECTIVES", 0) != 0 || env_string("HIERCOLL_DEBUG") == "DETAIL";
 
   transport::FabricOptions fabric;
   fabric.provider = options_.provider;
@@ -78,7 +93,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 
   // Everyone has connected and attached once this barrier passes: the store and the shared-memory
   // segment's name are no longer needed.
-  enqueue_collective("init barrier", [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
+  enqueue_collective("init barrier", {kOpBarrier}, [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
   if (arena_) arena_->unlink();
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
@@ -184,13 +199,15 @@ Work CommunicatorImpl::push(Op op) {
   return work;
 }
 
-Work CommunicatorImpl::enqueue_collective(std::string what, std::function<void(algo::Channel&)> body) {
+Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
+                                          std::function<void(algo::Channel&)> body) {
   Op op;
   op.what = what;
-  op.run = [this, what, body = std::move(body)](const std::shared_ptr<WorkState>&) {
+  op.run = [this, what, descriptor, body = std::move(body)](const std::shared_ptr<WorkState>&) {
     auto deadline = algo::Clock::now() + options_.timeout;
     algo::Channel channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, deadline,
                           what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
+    if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);
     body(channel);
   };
   return push(std::move(op));

@@ -14,6 +14,7 @@
 
 #include "algo/background.hpp"
 #include "algo/channel.hpp"
+#include "algo/agreement.hpp"
 #include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
 #include "core/work_state.hpp"
@@ -23,6 +24,12 @@
 
 namespace hiercoll::core {
 
+/// Collective kinds, as the mismatch check names them.
+enum OpKind : uint32_t {
+  kOpAllreduce = 1, kOpReduceScatter, kOpAllgather, kOpBroadcast, kOpReduce, kOpAlltoall, kOpBarrier
+};
+std::string describe_op(const algo::OpDescriptor& descriptor);
+
 class CommunicatorImpl {
  public:
   CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options);
@@ -31,8 +38,10 @@ class CommunicatorImpl {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  /// Runs `body` on the progress thread with a Channel over all ranks. `what` names it in errors.
-  Work enqueue_collective(std::string what, std::function<void(algo::Channel&)> body);
+  /// Runs `body` on the progress thread with a Channel over all ranks. `what` names it in errors;
+  /// `descriptor` is what ranks compare first when the mismatch check is on.
+  Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
+                          std::function<void(algo::Channel&)> body);
   /// Posts a point-to-point request on the progress thread; the Work completes with the request.
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
@@ -70,6 +79,7 @@ class CommunicatorImpl {
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
   algo::CostModel cost_model_;
+  bool check_collectives_ = false;  // HIERCOLL_CHECK_COLLECTIVES=1 or HIERCOLL_DEBUG=DETAIL
   std::unique_ptr<algo::AllreduceSelector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;

@@ -15,7 +15,7 @@ std::atomic<int> g_log_rank{-1};
 LogLevel read_level() {
   auto value = env_string("HIERCOLL_DEBUG");
   if (!value) return LogLevel::kWarn;
-  if (*value == "INFO") return LogLevel::kInfo;
+  if (*value == "INFO" || *value == "DETAIL") return LogLevel::kInfo;  // DETAIL also turns on the mismatch check
   if (*value == "TRACE") return LogLevel::kTrace;
   return LogLevel::kWarn;
 }

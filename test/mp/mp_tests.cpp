@@ -142,3 +142,40 @@ TEST_CASE("a rank that never arrives is named in a timeout", "[mp][errors]") {
     CHECK(result.ranks[r].output.find("rank(s) 3 of 4 never arrived") != std::string::npos);
   }
 }
+
+TEST_CASE("with HIERCOLL_DEBUG=DETAIL, ranks calling different collectives all get a clear error", "[mp][errors]") {
+  auto result = launch(3, HIERCOLL_MP_WORKER, {"check-mismatch"},
+                       loopback({{"HIERCOLL_DEBUG", "DETAIL"}, {"HIERCOLL_TIMEOUT_MS", "10000"}}));
+  INFO(result.report());
+  CHECK(result.all_ok());
+  for (const auto& rank : result.ranks) {
+    CHECK(rank.output.find("collective mismatch") != std::string::npos);
+    CHECK(rank.output.find("broadcast(100 x float32, root 0)") != std::string::npos);
+  }
+}
+
+TEST_CASE("survivors of a dead rank abort and form a new communicator (elastic restart)", "[mp][errors]") {
+  std::string algo = GENERATE(std::string("ring"), std::string("hier"));
+  auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "4000"}, {"HIERCOLL_ALGO", algo}, {"HIERCOLL_TEST_DIE_RANK", "2"}});
+  options.node_of = {0, 0, 1, 1};
+  options.timeout = std::chrono::seconds(90);
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"elastic"}, options);
+  INFO(algo << "\n" << result.report());
+  CHECK(result.ranks[2].exit_code == -SIGKILL);
+  for (int r : {0, 1, 3}) {
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(result.ranks[r].output.find("restarted as rank") != std::string::npos);
+  }
+}
+
+TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][soak]") {
+  int before = count_segments();
+  auto options = loopback({{"HIERCOLL_SOAK_ITERATIONS", "1500"}, {"HIERCOLL_CHUNK_BYTES", "32K"}});
+  options.node_of = {0, 0, 1, 1};
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"soak"}, options);
+  INFO(result.report());
+  CHECK(result.all_ok());
+  for (const auto& rank : result.ranks) CHECK(rank.output.find("SOAK rank") != std::string::npos);
+  CHECK(count_segments() <= before);
+  std::printf("%s", result.ranks[0].output.c_str());
+}

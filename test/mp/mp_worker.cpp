@@ -1,7 +1,10 @@
 // One rank of the multi-process tests, started by test/common/launcher (or mpirun). Each scenario runs
 // real collectives and compares this rank's results, element by element, with a serial reference that
 // the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
+#include <dirent.h>
+
 #include <csignal>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -260,6 +263,146 @@ void run_layout(Communicator& comm) {
               layout.local_rank, layout.local_size, layout.node_count, comm.allreduce_algorithm(64 << 20).c_str());
 }
 
+// With the mismatch check on, ranks that call different collectives all get a clear error.
+void run_check_mismatch(Communicator& comm) {
+  std::vector<float> a(100, 1.0f);
+  try {
+    if (comm.rank() == 0) {
+      comm.broadcast(a.data(), a.data(), a.size(), DataType::kFloat32, 0).wait();
+    } else {
+      comm.allreduce(a.data(), a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    }
+    std::printf("FAIL: mismatched collectives completed\n");
+    ++g_failures;
+  } catch (const InvalidUsageError& e) {
+    std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
+// Elastic restart: rank HIERCOLL_TEST_DIE_RANK dies mid-allreduce; the survivors see the error, abort the
+// communicator, form a new one without the dead rank through the same store, and carry on.
+void run_elastic(Communicator& comm) {
+  const int dead = std::atoi(std::getenv("HIERCOLL_TEST_DIE_RANK"));
+  const int old_rank = comm.rank(), old_size = comm.size();
+  std::vector<float> data(1u << 20, 1.0f);
+  try {
+    for (int i = 0; i < 20; ++i) {
+      if (old_rank == dead && i == 2) raise(SIGKILL);
+      comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    }
+    std::printf("FAIL: survived a dead peer\n");
+    ++g_failures;
+    return;
+  } catch (const Error& e) {
+    std::printf("first communicator failed as expected: %s\n", e.what());
+  }
+  comm.abort();
+  int new_rank = old_rank - (old_rank > dead ? 1 : 0), new_size = old_size - 1;
+  CommOptions options = CommOptions::from_env();
+  options.name = "restart";
+  auto store = open_store(std::getenv("HIERCOLL_STORE"), new_rank, options.timeout);
+  Communicator again = Communicator::create(store, new_rank, new_size, options);
+  std::vector<double> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(new_rank * 1000 + i);
+  again.allreduce(x.data(), x.data(), x.size(), DataType::kFloat64, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = 0;
+    for (int r = 0; r < new_size; ++r) want += static_cast<double>(r * 1000 + i);
+    expect_equal("allreduce after restart", DataType::kFloat64, ReduceOp::kSum, x.data(), i, want);
+  }
+  std::printf("restarted as rank %d of %d\n", new_rank, new_size);
+}
+
+int count_open_fds() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir)) ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
+// Soak: many collectives of random kind, type, op, size and root (every rank draws the same sequence),
+// each checked against the serial reference; afterwards no file descriptors may have leaked.
+void run_soak(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const int iterations = std::atoi(std::getenv("HIERCOLL_SOAK_ITERATIONS") ? std::getenv("HIERCOLL_SOAK_ITERATIONS") : "2000");
+  comm.barrier().wait();
+  const int fds_before = count_open_fds();
+  std::mt19937_64 rng(12345);  // same seed everywhere: all ranks issue the same sequence
+  long checked_bytes = 0;
+  int done = 0;
+  for (int it = 0; it < iterations; ++it) {
+    const auto& types = hiercoll::test::all_types();
+    DataType type = types[rng() % types.size()];
+    ReduceOp op = static_cast<ReduceOp>(rng() % (is_floating(type) ? 5 : 4));
+    size_t count = rng() % 4 == 0 ? rng() % 70000 : rng() % 300;
+    int root = static_cast<int>(rng() % static_cast<uint64_t>(n));
+    int kind = static_cast<int>(rng() % 6);
+    uint32_t seed = static_cast<uint32_t>(rng());
+    size_t elem = dtype_size(type);
+    std::string what = name("soak", type, op, count, false) + " kind " + std::to_string(kind);
+    switch (kind) {
+      case 0: {
+        Buffer in = make_input(r, count, type, op, seed), out(count * elem);
+        comm.allreduce(in.data(), out.data(), count, type, op).wait();
+        for (size_t i = 0; i < count; ++i) expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
+        break;
+      }
+      case 1: {
+        Buffer in = make_input(r, count * n, type, op, seed), out(count * elem);
+        comm.reduce_scatter(in.data(), out.data(), count, type, op).wait();
+        for (size_t i = 0; i < count; ++i) expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, r * count + i, type, op, seed));
+        break;
+      }
+      case 2: {
+        Buffer in = make_input(r, count, type, ReduceOp::kSum, seed), out(count * elem * n);
+        comm.allgather(in.data(), out.data(), count, type).wait();
+        for (int j = 0; j < n; ++j) {
+          Buffer want = make_input(j, count, type, ReduceOp::kSum, seed);
+          for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, out.data(), j * count + i, get(type, want.data(), i));
+        }
+        count *= n;
+        break;
+      }
+      case 3: {
+        Buffer data = r == root ? make_input(root, count, type, ReduceOp::kSum, seed) : Buffer(count * elem);
+        comm.broadcast(data.data(), data.data(), count, type, root).wait();
+        Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
+        for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
+        break;
+      }
+      case 4: {
+        Buffer in = make_input(r, count, type, op, seed), out(count * elem);
+        comm.reduce(in.data(), out.data(), count, type, op, root).wait();
+        if (r == root) {
+          for (size_t i = 0; i < count; ++i) expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
+        }
+        break;
+      }
+      default: {
+        Buffer in = make_input(r, count * n, type, ReduceOp::kSum, seed), out(count * elem * n);
+        comm.alltoall(in.data(), out.data(), count, type).wait();
+        for (int j = 0; j < n; ++j) {
+          Buffer want = make_input(j, count, type, ReduceOp::kSum, seed, r * count);
+          for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, out.data(), j * count + i, get(type, want.data(), i));
+        }
+        count *= n;
+      }
+    }
+    checked_bytes += static_cast<long>(count * elem);
+    ++done;
+  }
+  comm.barrier().wait();
+  const int fds_after = count_open_fds();
+  std::printf("SOAK rank %d: %d collectives, %ld bytes checked, fds %d -> %d\n", r, done, checked_bytes, fds_before,
+              fds_after);
+  if (fds_after > fds_before) {
+    std::printf("FAIL: %d file descriptors leaked\n", fds_after - fds_before);
+    ++g_failures;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -271,6 +414,9 @@ int main(int argc, char** argv) {
     else if (scenario == "errors") run_errors(comm);
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
+    else if (scenario == "check-mismatch") run_check_mismatch(comm);
+    else if (scenario == "elastic") run_elastic(comm);
+    else if (scenario == "soak") run_soak(comm);
     else if (scenario == "layout") run_layout(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else {

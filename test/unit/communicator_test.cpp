@@ -1,0 +1,78 @@
+// Single-process checks of the public API: a one-rank communicator, and input that must be refused
+// before anything is sent.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <vector>
+
+#include "hiercoll/hiercoll.hpp"
+
+using namespace hiercoll;
+
+namespace {
+std::shared_ptr<Store> fresh_store() {
+  char pattern[] = "/tmp/hiercoll-comm-test-XXXXXX";
+  REQUIRE(mkdtemp(pattern) != nullptr);
+  return std::make_shared<FileStore>(pattern, std::chrono::seconds(10), /*remove_when_done=*/true);
+}
+CommOptions loopback() {
+  CommOptions options;
+  options.provider = "tcp";
+  options.timeout = std::chrono::seconds(10);
+  setenv("HIERCOLL_FABRIC_IFACE", "lo", 1);
+  return options;
+}
+}  // namespace
+
+TEST_CASE("a one-rank communicator runs every collective as a copy", "[comm]") {
+  Communicator comm = Communicator::create(fresh_store(), 0, 1, loopback());
+  CHECK(comm.layout().node_count == 1);
+  std::vector<int32_t> in = {1, -2, 3}, out(3);
+  comm.allreduce(in.data(), out.data(), 3, DataType::kInt32, ReduceOp::kMax).wait();
+  CHECK(out == in);
+  comm.reduce_scatter(in.data(), out.data(), 3, DataType::kInt32, ReduceOp::kSum).wait();
+  CHECK(out == in);
+  std::fill(out.begin(), out.end(), 0);
+  comm.allgather(in.data(), out.data(), 3, DataType::kInt32).wait();
+  CHECK(out == in);
+  std::fill(out.begin(), out.end(), 0);
+  comm.broadcast(in.data(), out.data(), 3, DataType::kInt32, 0).wait();
+  CHECK(out == in);
+  std::fill(out.begin(), out.end(), 0);
+  comm.alltoall(in.data(), out.data(), 3, DataType::kInt32).wait();
+  CHECK(out == in);
+  comm.barrier().wait();
+}
+
+TEST_CASE("a provider that does not exist is a FabricError naming it", "[comm]") {
+  CommOptions options = loopback();
+  options.provider = "no-such-provider";
+  try {
+    Communicator::create(fresh_store(), 0, 1, options);
+    FAIL("created a communicator on a missing provider");
+  } catch (const FabricError& e) {
+    CHECK(std::string(e.what()).find("no-such-provider") != std::string::npos);
+    CHECK(e.code() == ErrorCode::kFabricError);
+  }
+}
+
+TEST_CASE("counts that overflow, bad ranks and bad options are refused up front", "[comm]") {
+  Communicator comm = Communicator::create(fresh_store(), 0, 1, loopback());
+  std::vector<float> a(4);
+  CHECK_THROWS_WITH(comm.allreduce(a.data(), a.data(), SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum),
+                    Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(comm.allgather(a.data(), a.data(), SIZE_MAX / 4, DataType::kFloat64), Catch::Contains("overflows"));
+  CHECK_THROWS_AS(comm.send(a.data(), 4, DataType::kFloat32, 0), InvalidUsageError);  // to itself
+  CHECK_THROWS_WITH(Communicator::create(fresh_store(), 3, 2, loopback()), Catch::Contains("rank 3"));
+  CHECK_THROWS_WITH(Communicator::create(nullptr, 0, 1, loopback()), Catch::Contains("store is null"));
+  CommOptions zero = loopback();
+  zero.timeout = std::chrono::milliseconds(0);
+  CHECK_THROWS_WITH(Communicator::create(fresh_store(), 0, 1, zero), Catch::Contains("timeout"));
+  // Still usable after all that.
+  a = {1, 2, 3, 4};
+  comm.allreduce(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kAvg).wait();
+  CHECK(a == std::vector<float>{1, 2, 3, 4});
+}
+
+TEST_CASE("an unreachable store is a clear timeout", "[comm]") {
+  CHECK_THROWS_AS(open_store("tcp://127.0.0.1:1", 1, std::chrono::milliseconds(300)), TimeoutError);
+}
