@@ -2,6 +2,7 @@
 // The flat collectives, each in its own file, all written against Channel. Buffers are host memory;
 // counts are elements of `type`. Each function blocks the calling (progress) thread until done.
 #include <cstddef>
+#include <cstring>
 
 #include "algo/channel.hpp"
 #include "hiercoll/types.hpp"
@@ -25,6 +26,11 @@ void broadcast_chain(Channel& ch, const void* in, void* out, size_t bytes, int r
 void reduce_chain(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op, int root);
 void alltoall_pairwise(Channel& ch, const void* in, void* out, size_t bytes_per_rank);
 void barrier_dissemination(Channel& ch);
+
+/// memcpy that accepts empty and identical ranges (memcpy itself does not, even for 0 bytes of null).
+inline void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+}
 
 // Building blocks shared by the ring algorithms (ring.cpp).
 

@@ -40,7 +40,7 @@ void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;  // divide once, at the very end
   if (h.arena == nullptr) {  // alone on the node: only the inter-node phase
     Channel rail = ch.subgroup(h.rail, h.node, 0);
-    if (in != out) std::memcpy(out, in, count * elem);
+    copy_bytes(out, in, count * elem);
     inter_node_allreduce(rail, h, out, count, type, partial);
     if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
     return;

@@ -13,7 +13,7 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
   const size_t bytes = count * dtype_size(type);
   const int n = ch.size(), r = ch.rank();
   if (n == 1 || count == 0) {
-    if (in != out) std::memcpy(out, in, bytes);
+    copy_bytes(out, in, bytes);
     return;
   }
   int p = 1;
@@ -34,8 +34,8 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
     auto recv = ch.recv(r + p, step, incoming, bytes);
     ch.wait(recv);
     reduce::reduce(out, in, incoming, count, type, op);
-  } else if (in != out) {
-    std::memcpy(out, in, bytes);
+  } else {
+    copy_bytes(out, in, bytes);
   }
   for (int mask = 1; mask < p; mask <<= 1) {
     ++step;

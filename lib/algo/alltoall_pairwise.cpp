@@ -7,6 +7,7 @@ namespace hiercoll::algo {
 
 void alltoall_pairwise(Channel& ch, const void* in, void* out, size_t block) {
   const int n = ch.size(), r = ch.rank();
+  if (block == 0) return;
   auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
   if (in == out && n > 1) {  // in place: send from a copy, since receives overwrite blocks not yet sent
@@ -14,7 +15,7 @@ void alltoall_pairwise(Channel& ch, const void* in, void* out, size_t block) {
     std::memcpy(copy, in, block * static_cast<size_t>(n));
     source = static_cast<const uint8_t*>(copy);
   }
-  if (source + r * block != target + r * block) std::memcpy(target + r * block, source + r * block, block);
+  copy_bytes(target + r * block, source + r * block, block);
   std::vector<RequestPtr> requests;
   for (int s = 1; s < n; ++s) {
     int from = (r - s + n) % n, to = (r + s) % n;

@@ -9,7 +9,7 @@ namespace hiercoll::algo {
 
 void broadcast_chain(Channel& ch, const void* in, void* out, size_t bytes, int root) {
   const int n = ch.size(), r = ch.rank();
-  if (ch.rank() == root && in != out) std::memcpy(out, in, bytes);
+  if (ch.rank() == root) copy_bytes(out, in, bytes);
   if (n == 1 || bytes == 0) return;
   const int position = (r - root + n) % n;
   const int previous = (r - 1 + n) % n, next = (r + 1) % n;

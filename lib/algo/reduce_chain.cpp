@@ -13,7 +13,7 @@ void reduce_chain(Channel& ch, const void* in, void* out, size_t count, DataType
   const int n = ch.size(), r = ch.rank();
   if (count == 0) return;
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, count * elem);
+    copy_bytes(out, in, count * elem);
     return;
   }
   // Position 0 is the root; data flows from position n-1 down to 0.

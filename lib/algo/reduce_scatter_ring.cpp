@@ -12,7 +12,7 @@ void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_cou
   if (recv_count == 0) return;
   const auto* own_in = static_cast<const uint8_t*>(in) + static_cast<size_t>(r) * recv_count * elem;
   if (n == 1) {
-    if (own_in != out) std::memmove(out, own_in, recv_count * elem);
+    if (own_in != out) std::memmove(out, own_in, recv_count * elem);  // recv_count > 0 here
     return;
   }
   void* work = ch.scratch().get(static_cast<size_t>(n) * recv_count * elem, 1);

@@ -170,7 +170,7 @@ TEST_CASE("survivors of a dead rank abort and form a new communicator (elastic r
 
 TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][soak]") {
   int before = count_segments();
-  auto options = loopback({{"HIERCOLL_SOAK_ITERATIONS", "1500"}, {"HIERCOLL_CHUNK_BYTES", "32K"}});
+  auto options = loopback({{"HIERCOLL_SOAK_ITERATIONS", "4000"}, {"HIERCOLL_CHUNK_BYTES", "32K"}});
   options.node_of = {0, 0, 1, 1};
   auto result = launch(4, HIERCOLL_MP_WORKER, {"soak"}, options);
   INFO(result.report());

@@ -331,8 +331,16 @@ void run_soak(Communicator& comm) {
   const int fds_before = count_open_fds();
   std::mt19937_64 rng(12345);  // same seed everywhere: all ranks issue the same sequence
   long checked_bytes = 0;
-  int done = 0;
+  int done = 0, injected = 0, caught = 0;
   for (int it = 0; it < iterations; ++it) {
+    if (it % 50 == 0) {  // inject bad input: it must be refused and change nothing
+      ++injected;
+      try {
+        comm.reduce(nullptr, nullptr, 10, DataType::kFloat32, ReduceOp::kSum, n + it % 3);
+      } catch (const InvalidUsageError&) {
+        ++caught;
+      }
+    }
     const auto& types = hiercoll::test::all_types();
     DataType type = types[rng() % types.size()];
     ReduceOp op = static_cast<ReduceOp>(rng() % (is_floating(type) ? 5 : 4));
@@ -395,8 +403,12 @@ void run_soak(Communicator& comm) {
   }
   comm.barrier().wait();
   const int fds_after = count_open_fds();
-  std::printf("SOAK rank %d: %d collectives, %ld bytes checked, fds %d -> %d\n", r, done, checked_bytes, fds_before,
-              fds_after);
+  std::printf("SOAK rank %d: %d collectives, %ld bytes checked, %d bad calls injected, %d caught, fds %d -> %d\n", r,
+              done, checked_bytes, injected, caught, fds_before, fds_after);
+  if (caught != injected) {
+    std::printf("FAIL: %d injected bad calls were not refused\n", injected - caught);
+    ++g_failures;
+  }
   if (fds_after > fds_before) {
     std::printf("FAIL: %d file descriptors leaked\n", fds_after - fds_before);
     ++g_failures;
