@@ -33,16 +33,24 @@ double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
   return rounds * net.seconds(bytes);
 }
 
-// Hierarchical: per piece two node barriers and about 3S of shared-memory traffic per rank (copy in,
-// reduce L shards of S/L, publish and copy out), plus an inter-node ring on S/L per local rank. The L
-// rails share the node's link, so the node moves 2(N-1)/N * S through it, as one ring over N ranks would.
+// Hierarchical: about 3S of shared-memory traffic per rank (copy in, reduce L shards of S/L, publish and
+// copy out) plus two node barriers per piece, and an inter-node ring on S/L per local rank. The L rails
+// share the node's link, so the node moves 2(N-1)/N * S through it, as one ring over N ranks would. The
+// phases are pipelined over the pieces: the slower phase dominates, plus one piece of each to fill and drain.
 double CostModel::hierarchical(double bytes, const Layout& layout) const {
   int nodes = layout.node_count, local = layout.local_size;
   double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(shm_piece_bytes)));
   double intra = local > 1 ? pieces * 2 * shm.latency_us * 1e-6 + 3 * bytes / (shm.bandwidth_gbps * 1e9) : 0;
   double inter = 0;
   if (nodes > 1) inter = 2.0 * (nodes - 1) * (net.latency_us * 1e-6 + bytes / nodes / (net.bandwidth_gbps * 1e9));
-  return intra + inter;
+  return std::max(intra, inter) + (intra + inter) / pieces;
+}
+
+double CostModel::tree(double bytes, const Layout& layout) const {
+  int n = layout.size;
+  if (n == 1) return 0;
+  double depth = std::ceil(std::log2(n));
+  return 2 * depth * net.latency_us * 1e-6 + 2 * bytes / (net.bandwidth_gbps * 1e9);
 }
 
 CostModel CostModel::from_env() {

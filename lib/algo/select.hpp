@@ -27,6 +27,8 @@ struct CostModel {
   double ring(double bytes, const Layout& layout) const;
   double recursive_doubling(double bytes, const Layout& layout) const;
   double hierarchical(double bytes, const Layout& layout) const;
+  /// A pipelined (double binary) tree as NCCL uses at scale: 2 log2(n) latency steps, ~2S over the link.
+  double tree(double bytes, const Layout& layout) const;
 
   static CostModel from_env();
 };
