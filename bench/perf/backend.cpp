@@ -19,6 +19,18 @@ void Backend::reduce_scatter(const void*, void*, size_t, DataType, ReduceOp) { u
 void Backend::allgather(const void*, void*, size_t, DataType) { unsupported("allgather"); }
 void Backend::broadcast(void*, size_t, DataType, int) { unsupported("broadcast"); }
 
+namespace {
+int first_env_int(const char* preferred, const char* fallback) {
+  const char* value = std::getenv(preferred);
+  if (!value) value = std::getenv(fallback);
+  if (!value) throw InvalidUsageError(std::string("set ") + preferred + " (hiercoll_launch does) or launch with mpirun");
+  return std::atoi(value);
+}
+}  // namespace
+
+int rank_from_env() { return first_env_int("HIERCOLL_RANK", "OMPI_COMM_WORLD_RANK"); }
+int size_from_env() { return first_env_int("HIERCOLL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"); }
+
 std::unique_ptr<Backend> make_backend(const std::string& name, int* argc, char*** argv) {
   if (name == "hiercoll") return make_hiercoll_backend();
 #ifdef HIERCOLL_BENCH_MPI

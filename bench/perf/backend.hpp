@@ -35,6 +35,11 @@ class Backend {
   [[noreturn]] void unsupported(const char* what) const;
 };
 
+/// Rank and size for backends without their own launcher support: HIERCOLL_RANK / HIERCOLL_WORLD_SIZE
+/// (hiercoll_launch), else Open MPI's variables.
+int rank_from_env();
+int size_from_env();
+
 /// "hiercoll", "mpi", "gloo" or "nccl" (those compiled in; see bench/CMakeLists.txt).
 std::unique_ptr<Backend> make_backend(const std::string& name, int* argc, char*** argv);
 

@@ -39,12 +39,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::shared_ptr<hiercoll::Store> store_;
 };
 
-int env_int(const char* a, const char* b) {
-  const char* value = std::getenv(a);
-  if (!value) value = std::getenv(b);
-  if (!value) throw InvalidUsageError(std::string("gloo backend: set ") + a);
-  return std::atoi(value);
-}
 
 template <typename T>
 void (*reduce_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
@@ -61,8 +55,8 @@ void (*reduce_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
 class GlooBackend final : public Backend {
  public:
   GlooBackend() {
-    rank_ = env_int("HIERCOLL_RANK", "OMPI_COMM_WORLD_RANK");
-    size_ = env_int("HIERCOLL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+    rank_ = rank_from_env();
+    size_ = size_from_env();
     const char* url = std::getenv("HIERCOLL_STORE");
     if (!url) throw InvalidUsageError("gloo backend: set HIERCOLL_STORE (hiercoll_launch does)");
     // Kept for the backend's lifetime: with a TCP store, rank 0 serves it and peers may still be reading.

@@ -45,18 +45,12 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-int env_int(const char* a, const char* b) {
-  const char* value = std::getenv(a);
-  if (!value) value = std::getenv(b);
-  if (!value) throw InvalidUsageError(std::string("nccl backend: set ") + a);
-  return std::atoi(value);
-}
 
 class NcclBackend final : public Backend {
  public:
   NcclBackend() {
-    rank_ = env_int("HIERCOLL_RANK", "OMPI_COMM_WORLD_RANK");
-    size_ = env_int("HIERCOLL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+    rank_ = rank_from_env();
+    size_ = size_from_env();
     int devices = 0;
     check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
     check_cuda(cudaSetDevice(rank_ % devices), "cudaSetDevice");
