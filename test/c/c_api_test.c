@@ -1,0 +1,60 @@
+/* One rank of the C API test (launched by hiercoll_launch): allreduce, broadcast and allgather against
+ * a reference computed here, plus error codes and messages for bad calls. Plain C. */
+#include <hiercoll/hiercoll.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+#define EXPECT(cond)                                               \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      printf("FAIL line %d: %s (%s)\n", __LINE__, #cond, hiercoll_last_error()); \
+      ++failures;                                                  \
+    }                                                              \
+  } while (0)
+
+int main(void) {
+  hiercoll_comm_t comm = NULL;
+  EXPECT(hiercoll_comm_init_env(&comm) == HIERCOLL_SUCCESS);
+  if (comm == NULL) return 1;
+  int rank = -1, size = 0;
+  EXPECT(hiercoll_comm_rank(comm, &rank) == HIERCOLL_SUCCESS);
+  EXPECT(hiercoll_comm_size(comm, &size) == HIERCOLL_SUCCESS);
+
+  enum { kCount = 1000 };
+  double in[kCount], out[kCount];
+  for (int i = 0; i < kCount; ++i) in[i] = rank * 10.0 + i;
+  hiercoll_work_t work = NULL;
+  EXPECT(hiercoll_allreduce(comm, in, out, kCount, HIERCOLL_FLOAT64, HIERCOLL_SUM, &work) == HIERCOLL_SUCCESS);
+  EXPECT(hiercoll_work_wait(work, -1) == HIERCOLL_SUCCESS);
+  EXPECT(hiercoll_work_is_completed(work) == 1);
+  hiercoll_work_free(work);
+  for (int i = 0; i < kCount; ++i) {
+    double want = 10.0 * size * (size - 1) / 2 + (double)i * size;
+    if (out[i] != want) {
+      printf("FAIL allreduce element %d: %g != %g\n", i, out[i], want);
+      ++failures;
+      break;
+    }
+  }
+
+  int value = rank == size - 1 ? 42 : 0;
+  EXPECT(hiercoll_broadcast(comm, &value, &value, 1, HIERCOLL_INT32, size - 1, NULL) == HIERCOLL_SUCCESS);
+  EXPECT(value == 42);
+
+  int mine = rank * rank, all[64];
+  EXPECT(hiercoll_allgather(comm, &mine, all, 1, HIERCOLL_INT32, NULL) == HIERCOLL_SUCCESS);
+  for (int r = 0; r < size; ++r) EXPECT(all[r] == r * r);
+
+  /* Bad calls: a code, a message, and a communicator that still works. */
+  EXPECT(hiercoll_allreduce(comm, NULL, out, 4, HIERCOLL_FLOAT64, HIERCOLL_SUM, NULL) == HIERCOLL_ERROR_INVALID_USAGE);
+  EXPECT(strstr(hiercoll_last_error(), "input buffer is null") != NULL);
+  EXPECT(hiercoll_allreduce(comm, in, out, 4, HIERCOLL_INT32, HIERCOLL_AVG, NULL) == HIERCOLL_ERROR_INVALID_USAGE);
+  EXPECT(hiercoll_broadcast(comm, in, out, 4, HIERCOLL_FLOAT64, size + 5, NULL) == HIERCOLL_ERROR_INVALID_USAGE);
+  EXPECT(hiercoll_comm_rank(NULL, &rank) == HIERCOLL_ERROR_INVALID_USAGE);
+  EXPECT(hiercoll_barrier(comm) == HIERCOLL_SUCCESS);
+
+  EXPECT(hiercoll_comm_destroy(comm) == HIERCOLL_SUCCESS);
+  printf("c api: %d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}
