@@ -53,7 +53,8 @@ BENCHMARK(BM_Reduce)
                     static_cast<int>(DataType::kInt8), static_cast<int>(DataType::kInt32)},
                    {static_cast<int>(reduce::Isa::kScalar), static_cast<int>(reduce::Isa::kAvx2),
                     static_cast<int>(reduce::Isa::kAvx512)}})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_ShmCopyIn(benchmark::State& state) {
   auto segment = transport::ShmSegment::create("micro-bench", kBufferBytes);

@@ -23,7 +23,8 @@ namespace {
 int first_env_int(const char* preferred, const char* fallback) {
   const char* value = std::getenv(preferred);
   if (!value) value = std::getenv(fallback);
-  if (!value) throw InvalidUsageError(std::string("set ") + preferred + " (hiercoll_launch does) or launch with mpirun");
+  if (!value)
+    throw InvalidUsageError(std::string("set ") + preferred + " (hiercoll_launch does) or launch with mpirun");
   return std::atoi(value);
 }
 }  // namespace
@@ -42,7 +43,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int* argc, char**
 #ifdef HIERCOLL_BENCH_NCCL
   if (name == "nccl") return make_nccl_backend();
 #endif
-  throw InvalidUsageError("--backend " + name + ": not built in (available: hiercoll"
+  throw InvalidUsageError("--backend " + name +
+                          ": not built in (available: hiercoll"
 #ifdef HIERCOLL_BENCH_MPI
                           ", mpi"
 #endif

@@ -39,7 +39,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::shared_ptr<hiercoll::Store> store_;
 };
 
-
 template <typename T>
 void (*reduce_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
   using Fn = void (*)(void*, const void*, const void*, size_t);

@@ -45,7 +45,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-
 class NcclBackend final : public Backend {
  public:
   NcclBackend() {
@@ -61,7 +60,8 @@ class NcclBackend final : public Backend {
     ncclUniqueId id;
     if (rank_ == 0) {
       check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      store->set("nccl/id", Store::Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+      store->set("nccl/id",
+                 Store::Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
     } else {
       auto bytes = store->get("nccl/id");
       std::memcpy(&id, bytes.data(), sizeof(id));
@@ -82,8 +82,12 @@ class NcclBackend final : public Backend {
     return p;
   }
   void release(void* p) override { cudaFree(p); }
-  void upload(void* d, const void* h, size_t n) override { check_cuda(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy"); }
-  void download(void* h, const void* d, size_t n) override { check_cuda(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy"); }
+  void upload(void* d, const void* h, size_t n) override {
+    check_cuda(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  void download(void* h, const void* d, size_t n) override {
+    check_cuda(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  }
   void allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
     check_nccl(ncclAllReduce(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_), "ncclAllReduce");
   }

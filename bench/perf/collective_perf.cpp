@@ -50,9 +50,12 @@ size_t parse_size(const std::string& text) {
   double value = std::strtod(text.c_str(), &end);
   if (end == text.c_str()) throw InvalidUsageError("'" + text + "' is not a size");
   switch (*end) {
-    case 'K': case 'k': value *= 1024; break;
-    case 'M': case 'm': value *= 1024 * 1024; break;
-    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k': value *= 1024; break;
+    case 'M':
+    case 'm': value *= 1024 * 1024; break;
+    case 'G':
+    case 'g': value *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return static_cast<size_t>(value);
@@ -102,7 +105,10 @@ double reduced(int n, size_t i, ReduceOp op) {
   double acc = input(0, i, op);
   for (int r = 1; r < n; ++r) {
     double v = input(r, i, op);
-    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kProd ? acc * v : op == ReduceOp::kMax ? std::max(acc, v) : std::min(acc, v);
+    acc = op == ReduceOp::kSum    ? acc + v
+          : op == ReduceOp::kProd ? acc * v
+          : op == ReduceOp::kMax  ? std::max(acc, v)
+                                  : std::min(acc, v);
   }
   return acc;
 }
@@ -226,8 +232,9 @@ class Runner {
   int run() {
     const size_t elem = dtype_size(args_.type);
     if (r_ == 0) {
-      std::printf("# hiercoll %s %s_perf, backend %s: %d ranks, %s %s, iters %d warmup %d\n", version(), collective_name(),
-                  b_.name().c_str(), n_, to_string(args_.type), to_string(args_.op), args_.iters, args_.warmup);
+      std::printf("# hiercoll %s %s_perf, backend %s: %d ranks, %s %s, iters %d warmup %d\n", version(),
+                  collective_name(), b_.name().c_str(), n_, to_string(args_.type), to_string(args_.op), args_.iters,
+                  args_.warmup);
       std::printf("#%11s %12s %8s %6s %4s %6s   %9s %9s %9s %6s   %9s %9s %9s %6s\n", "size(B)", "count", "type",
                   "redop", "root", "algo", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw",
                   "#wrong");
@@ -251,8 +258,8 @@ class Runner {
         auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < args_.iters; ++i) issue(in, out, s, in_place);
         b_.sync();
-        seconds[in_place] = average(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-                                    args_.iters);
+        seconds[in_place] =
+            average(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / args_.iters);
         for (int c = 0; c < args_.check; ++c) wrong[in_place] += check(in, out, s, in_place);
         wrong[in_place] = static_cast<long>(average(static_cast<double>(wrong[in_place])) * n_ + 0.5);
         fill(in, s);
@@ -299,7 +306,8 @@ int main(int argc, char** argv) {
     }
     auto backend = hiercoll::bench::make_backend(backend_name, &argc, &argv);
     Args args = parse(argc, argv);
-    if (args.root < 0 || args.root >= backend->size()) throw InvalidUsageError("-r: no rank " + std::to_string(args.root));
+    if (args.root < 0 || args.root >= backend->size())
+      throw InvalidUsageError("-r: no rank " + std::to_string(args.root));
     return Runner(*backend, args).run();
   } catch (const Error& e) {
     std::fprintf(stderr, "%s_perf: %s\n", collective_name(), e.what());

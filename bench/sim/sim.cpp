@@ -154,12 +154,14 @@ int main(int argc, char** argv) {
     }
     if (o.mode == "albert") {
       double bytes = o.grad_mb * 1e6;
-      std::printf("# ALBERT step model: compute %.0f ms/step, gradients %.1f MB in %.0f MB buckets, %.0f%% of compute "
-                  "overlappable; net %.1f GB/s %.0f us per node, intra %.0f GB/s %.0f us\n",
-                  o.compute_ms, o.grad_mb, o.bucket_mb, o.overlap * 100, o.model.net.bandwidth_gbps, o.model.net.latency_us,
-                  o.model.shm.bandwidth_gbps, o.model.shm.latency_us);
-      std::printf("nodes,gpus,allreduce_hier_ms,allreduce_ring_ms,step_hier_ms,step_ring_ms,efficiency_hier,"
-                  "efficiency_ring,speedup_hier_vs_ring\n");
+      std::printf(
+          "# ALBERT step model: compute %.0f ms/step, gradients %.1f MB in %.0f MB buckets, %.0f%% of compute "
+          "overlappable; net %.1f GB/s %.0f us per node, intra %.0f GB/s %.0f us\n",
+          o.compute_ms, o.grad_mb, o.bucket_mb, o.overlap * 100, o.model.net.bandwidth_gbps, o.model.net.latency_us,
+          o.model.shm.bandwidth_gbps, o.model.shm.latency_us);
+      std::printf(
+          "nodes,gpus,allreduce_hier_ms,allreduce_ring_ms,step_hier_ms,step_ring_ms,efficiency_hier,"
+          "efficiency_ring,speedup_hier_vs_ring\n");
       for (int nodes : o.nodes) {
         Layout layout = cluster(nodes, o.local);
         double hier = bucketed(o, bytes, [&](double b) { return hierarchical(o.model, b, layout); });

@@ -58,7 +58,8 @@ class HIERCOLL_API Communicator {
  public:
   /// Joins the group through `store` (all ranks pass stores reaching the same keys). Blocks until every
   /// rank arrived; a rank that never does makes it throw TimeoutError naming that rank.
-  static Communicator create(std::shared_ptr<Store> store, int rank, int size, CommOptions options = CommOptions::from_env());
+  static Communicator create(std::shared_ptr<Store> store, int rank, int size,
+                             CommOptions options = CommOptions::from_env());
 
   /// Rank, size and store from the environment: HIERCOLL_RANK/HIERCOLL_WORLD_SIZE, torchrun's RANK/WORLD_SIZE or
   /// Open MPI's OMPI_COMM_WORLD_RANK/SIZE; the store from HIERCOLL_STORE (tcp://host:port or file:///dir), else

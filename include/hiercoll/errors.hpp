@@ -29,9 +29,9 @@ class HIERCOLL_API Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define HIERCOLL_DEFINE_ERROR(Name, Code) \
-  class HIERCOLL_API Name : public Error { \
-   public:                                \
+#define HIERCOLL_DEFINE_ERROR(Name, Code)                               \
+  class HIERCOLL_API Name : public Error {                              \
+   public:                                                              \
     explicit Name(const std::string& message) : Error(Code, message) {} \
   };
 HIERCOLL_DEFINE_ERROR(InvalidUsageError, ErrorCode::kInvalidUsage)

@@ -13,8 +13,8 @@ struct HIERCOLL_API Layout {
   int node = 0;        ///< this rank's node
   int local_rank = 0;  ///< position among the ranks of this node
   int local_size = 1;
-  std::vector<int> node_of;                ///< node of every rank
-  std::vector<int> local_rank_of;          ///< local rank of every rank
+  std::vector<int> node_of;                  ///< node of every rank
+  std::vector<int> local_rank_of;            ///< local rank of every rank
   std::vector<std::vector<int>> node_ranks;  ///< ranks of every node, ascending
 
   /// Every node has the same number of ranks (the hierarchical algorithms need this).

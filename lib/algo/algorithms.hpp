@@ -16,8 +16,7 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
 struct Hierarchy;
 /// Hierarchical: intra-node reduce-scatter (shared memory), inter-node allreduce per local rank, intra-node
 /// allgather. Requires every node to have the same number of ranks.
-void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type,
-                    ReduceOp op);
+void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.
@@ -36,8 +35,8 @@ inline void copy_bytes(void* dst, const void* src, size_t bytes) {
 
 /// Element ranges of the n segments a buffer is cut into.
 struct Segments {
-  std::vector<size_t> offset, count;  // in elements
-  static Segments even(size_t total, int n);   ///< near-equal parts (the first total % n get one more)
+  std::vector<size_t> offset, count;            // in elements
+  static Segments even(size_t total, int n);    ///< near-equal parts (the first total % n get one more)
   static Segments blocks(size_t block, int n);  ///< n parts of `block` elements
 };
 

@@ -33,12 +33,11 @@ void inter_node_allreduce(Channel& rail, const Hierarchy& h, void* data, size_t 
 
 }  // namespace
 
-void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type,
-                    ReduceOp op) {
+void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type, ReduceOp op) {
   const size_t elem = dtype_size(type);
   const int world = ch.size();
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;  // divide once, at the very end
-  if (h.arena == nullptr) {  // alone on the node: only the inter-node phase
+  if (h.arena == nullptr) {                                             // alone on the node: only the inter-node phase
     Channel rail = ch.subgroup(h.rail, h.node, 0);
     copy_bytes(out, in, count * elem);
     inter_node_allreduce(rail, h, out, count, type, partial);
@@ -67,8 +66,12 @@ void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t
   };
 
   auto reduce_scatter_phase = [&](size_t index) {
-    Piece p{index, index * piece, std::min(piece, count - index * piece),
-            static_cast<int>((h.pieces_done + index) % kHierBufferSets), {}, nullptr};
+    Piece p{index,
+            index * piece,
+            std::min(piece, count - index * piece),
+            static_cast<int>((h.pieces_done + index) % kHierBufferSets),
+            {},
+            nullptr};
     std::memcpy(arena.area(p.buffer, l), input + p.offset * elem, p.n * elem);
     arena.barrier(ch.deadline(), ch.what() + " intra-node reduce-scatter", ch.aborted(), signature);
     p.shards = Segments::even(p.n, L);

@@ -21,10 +21,12 @@ void broadcast_chain(Channel& ch, const void* in, void* out, size_t bytes, int r
 
   std::vector<RequestPtr> sends;
   if (position == 0) {
-    for (size_t c = 0; c < chunks; ++c) sends.push_back(ch.send(next, static_cast<uint32_t>(c), data + c * chunk, length(c)));
+    for (size_t c = 0; c < chunks; ++c)
+      sends.push_back(ch.send(next, static_cast<uint32_t>(c), data + c * chunk, length(c)));
   } else {
     std::vector<RequestPtr> recvs;
-    for (size_t c = 0; c < chunks; ++c) recvs.push_back(ch.recv(previous, static_cast<uint32_t>(c), data + c * chunk, length(c)));
+    for (size_t c = 0; c < chunks; ++c)
+      recvs.push_back(ch.recv(previous, static_cast<uint32_t>(c), data + c * chunk, length(c)));
     for (size_t c = 0; c < chunks; ++c) {
       ch.wait(recvs[c]);
       if (!last) sends.push_back(ch.send(next, static_cast<uint32_t>(c), data + c * chunk, length(c)));

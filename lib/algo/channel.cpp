@@ -64,8 +64,8 @@ void Channel::wait_all(std::vector<RequestPtr>& requests) {
 void check_request(const transport::Request& request, int world_peer, const std::string& what) {
   std::string peer = "rank " + std::to_string(world_peer);
   if (request.state.load() == transport::Request::State::kFailed) {
-    throw RemoteError(what + ": " + (request.is_send ? "send to " : "receive from ") + peer + " failed: " +
-                      request.error);
+    throw RemoteError(what + ": " + (request.is_send ? "send to " : "receive from ") + peer +
+                      " failed: " + request.error);
   }
   if (!request.is_send && request.bytes_done != request.bytes_posted) {
     throw InvalidUsageError(what + ": " + peer + " sent " + std::to_string(request.bytes_done) + " bytes where " +
@@ -83,8 +83,7 @@ void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int 
     if (aborted.load(std::memory_order_relaxed)) throw RemoteError(what + ": the communicator was aborted");
     if (now >= deadline) {
       throw TimeoutError(what + ": timed out waiting " + (request->is_send ? "to send to" : "for data from") +
-                         " rank " + std::to_string(world_peer) +
-                         " (is it alive, and did it call the same operation?)");
+                         " rank " + std::to_string(world_peer) + " (is it alive, and did it call the same operation?)");
     }
     endpoint.progress(now < spin_until ? std::chrono::microseconds(0) : std::chrono::microseconds(2000));
   }

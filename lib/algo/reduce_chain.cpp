@@ -33,8 +33,8 @@ void reduce_chain(Channel& ch, const void* in, void* out, size_t count, DataType
     return;
   }
   // Middle ranks accumulate into scratch (it must outlive the send); the root into `out`.
-  auto* accumulated = position == 0 ? static_cast<uint8_t*>(out)
-                                    : static_cast<uint8_t*>(ch.scratch().get(count * elem, 1));
+  auto* accumulated =
+      position == 0 ? static_cast<uint8_t*>(out) : static_cast<uint8_t*>(ch.scratch().get(count * elem, 1));
   const size_t slots = std::min<size_t>(chunks, static_cast<size_t>(std::max(1, ch.config().slots)));
   auto* slot_memory = static_cast<uint8_t*>(ch.scratch().get(slots * chunk * elem, 0));
   std::vector<RequestPtr> recvs(chunks);

@@ -82,8 +82,8 @@ void ring_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out,
     int s = static_cast<int>(u / chunks);
     int segment = mod(r - s - 2, n);
     auto [begin, len] = chunk_range(segments.count[segment], chunk, u % chunks);
-    uint8_t* dst = (s == steps - 1) ? static_cast<uint8_t*>(own_out) + begin * elem
-                                    : work_bytes + bytes_at(segment, begin);
+    uint8_t* dst =
+        (s == steps - 1) ? static_cast<uint8_t*>(own_out) + begin * elem : work_bytes + bytes_at(segment, begin);
     reduce::reduce(dst, in_bytes + bytes_at(segment, begin), slot_memory + (u % slots) * chunk * elem, len, type, op);
     recvs[u].reset();
     if (u + slots < units) recvs[u + slots] = post_recv(u + slots);  // the slot is free again

@@ -76,8 +76,8 @@ CostModel CostModel::from_env() {
 size_t crossover_bytes(const CostModel& model, int ranks) {
   Layout flat = Layout::from_node_ids(std::vector<std::string>(static_cast<size_t>(std::max(1, ranks)), "n"), 0);
   size_t bytes = 1024;
-  while (bytes < (size_t{1} << 34) && model.recursive_doubling(static_cast<double>(bytes), flat) <=
-                                          model.ring(static_cast<double>(bytes), flat)) {
+  while (bytes < (size_t{1} << 34) &&
+         model.recursive_doubling(static_cast<double>(bytes), flat) <= model.ring(static_cast<double>(bytes), flat)) {
     bytes *= 2;
   }
   return bytes / 2;
@@ -92,8 +92,8 @@ AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierar
     else if (*algo == "hier") forced_algo_ = AllreduceAlgo::kHierarchical;
     else throw InvalidUsageError("HIERCOLL_ALGO='" + *algo + "' is not one of: ring, rd, hier");
     if (forced_algo_ == AllreduceAlgo::kHierarchical && !hierarchy_ready_) {
-      HIERCOLL_LOG(kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe()
-                                                                 << ") is irregular: using ring instead");
+      HIERCOLL_LOG(
+          kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
       forced_algo_ = AllreduceAlgo::kRing;
     }
   }

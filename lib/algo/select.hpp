@@ -13,14 +13,14 @@ enum class AllreduceAlgo { kRing, kRecursiveDoubling, kHierarchical };
 const char* to_string(AllreduceAlgo algo);
 
 struct LinkFigures {
-  double latency_us = 50;      ///< per message
-  double bandwidth_gbps = 1;   ///< GB/s (1e9 bytes per second)
+  double latency_us = 50;     ///< per message
+  double bandwidth_gbps = 1;  ///< GB/s (1e9 bytes per second)
   double seconds(double bytes) const { return latency_us * 1e-6 + bytes / (bandwidth_gbps * 1e9); }
 };
 
 struct CostModel {
-  LinkFigures net{30, 1.0};   ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
-  LinkFigures shm{5, 4.0};    ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
+  LinkFigures net{30, 1.0};  ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
+  LinkFigures shm{5, 4.0};   ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
   size_t shm_piece_bytes = 2 << 20;
 
   /// Predicted seconds for an allreduce of `bytes` on `layout`.

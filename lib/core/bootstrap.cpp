@@ -46,8 +46,8 @@ Communicator Communicator::from_env(CommOptions options) {
   int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, "rank");
   int size = first_int({"HIERCOLL_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, "world size");
   if (size < 1 || rank < 0 || rank >= size) {
-    throw InvalidUsageError("Communicator::from_env: rank " + std::to_string(rank) + " / size " +
-                            std::to_string(size) + " is not a valid pair");
+    throw InvalidUsageError("Communicator::from_env: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
+                            " is not a valid pair");
   }
   std::string url = store_url();
   std::shared_ptr<Store> store;

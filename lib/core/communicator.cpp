@@ -70,6 +70,12 @@ void check_rank(const char* op, const char* what, int rank, int size) {
   }
 }
 
+// What ranks compare before a collective when the mismatch check is on (HIERCOLL_DEBUG=DETAIL).
+algo::OpDescriptor op_descriptor(core::OpKind kind, size_t count, DataType type, ReduceOp op = ReduceOp::kSum,
+                                 int root = -1) {
+  return {kind, static_cast<uint32_t>(type), static_cast<uint32_t>(op), root, count};
+}
+
 }  // namespace
 
 CommOptions CommOptions::from_env() {
@@ -100,7 +106,7 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
   auto algo = impl_->choose_allreduce(bytes);
   std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) + "]";
   algo::Hierarchy* hierarchy = &impl_->hierarchy();
-  return impl_->enqueue_collective(what, {core::kOpAllreduce, static_cast<uint32_t>(type), static_cast<uint32_t>(op), -1, count}, [=](algo::Channel& ch) {
+  return impl_->enqueue_collective(what, op_descriptor(core::kOpAllreduce, count, type, op), [=](algo::Channel& ch) {
     switch (algo) {
       case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, in, out, count, type, op); break;
       case algo::AllreduceAlgo::kRecursiveDoubling:
@@ -120,8 +126,9 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   check_overlap("reduce_scatter", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
   return impl_->enqueue_collective(describe("reduce_scatter", recv_count, type) + " " + to_string(op),
-                                   {core::kOpReduceScatter, static_cast<uint32_t>(type), static_cast<uint32_t>(op), -1, recv_count},
-                                   [=](algo::Channel& ch) { algo::reduce_scatter_ring(ch, in, out, recv_count, type, op); });
+                                   op_descriptor(core::kOpReduceScatter, recv_count, type, op), [=](algo::Channel& ch) {
+                                     algo::reduce_scatter_ring(ch, in, out, recv_count, type, op);
+                                   });
 }
 
 Work Communicator::allgather(const void* in, void* out, size_t send_count, DataType type) {
@@ -131,7 +138,8 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
   check_buffer("allgather", "output", out, out_bytes, type);
   check_overlap("allgather", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
-  return impl_->enqueue_collective(describe("allgather", send_count, type), {core::kOpAllgather, static_cast<uint32_t>(type), static_cast<uint32_t>(0), -1, send_count},
+  return impl_->enqueue_collective(describe("allgather", send_count, type),
+                                   op_descriptor(core::kOpAllgather, send_count, type),
                                    [=](algo::Channel& ch) { algo::allgather_ring(ch, in, out, send_count, type); });
 }
 
@@ -142,7 +150,7 @@ Work Communicator::broadcast(const void* in, void* out, size_t count, DataType t
   check_buffer("broadcast", "output", out, bytes, type);
   if (rank() == root) check_overlap("broadcast", in, bytes, out, bytes, out);
   return impl_->enqueue_collective(describe("broadcast", count, type) + " root " + std::to_string(root),
-                                   {core::kOpBroadcast, static_cast<uint32_t>(type), static_cast<uint32_t>(0), root, count},
+                                   op_descriptor(core::kOpBroadcast, count, type, ReduceOp::kSum, root),
                                    [=](algo::Channel& ch) { algo::broadcast_chain(ch, in, out, bytes, root); });
 }
 
@@ -155,10 +163,10 @@ Work Communicator::reduce(const void* in, void* out, size_t count, DataType type
     check_buffer("reduce", "output", out, bytes, type);
     check_overlap("reduce", in, bytes, out, bytes, out);
   }
-  return impl_->enqueue_collective(describe("reduce", count, type) + " " + to_string(op) + " root " +
-                                       std::to_string(root),
-                                   {core::kOpReduce, static_cast<uint32_t>(type), static_cast<uint32_t>(op), root, count},
-                                   [=](algo::Channel& ch) { algo::reduce_chain(ch, in, out, count, type, op, root); });
+  return impl_->enqueue_collective(
+      describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
+      op_descriptor(core::kOpReduce, count, type, op, root),
+      [=](algo::Channel& ch) { algo::reduce_chain(ch, in, out, count, type, op, root); });
 }
 
 Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, DataType type) {
@@ -168,12 +176,13 @@ Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, Da
   check_buffer("alltoall", "output", out, bytes, type);
   check_overlap("alltoall", in, bytes, out, bytes, out);
   return impl_->enqueue_collective(describe("alltoall", count_per_rank, type),
-                                   {core::kOpAlltoall, static_cast<uint32_t>(type), static_cast<uint32_t>(0), -1, count_per_rank},
+                                   op_descriptor(core::kOpAlltoall, count_per_rank, type),
                                    [=](algo::Channel& ch) { algo::alltoall_pairwise(ch, in, out, block); });
 }
 
 Work Communicator::barrier() {
-  return impl_->enqueue_collective("barrier", {core::kOpBarrier}, [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
+  return impl_->enqueue_collective("barrier", {core::kOpBarrier},
+                                   [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
 }
 
 Work Communicator::send(const void* buf, size_t count, DataType type, int peer, uint32_t tag) {
@@ -183,8 +192,9 @@ Work Communicator::send(const void* buf, size_t count, DataType type, int peer, 
   check_buffer("send", "input", buf, bytes, type);
   auto context = impl_->context();
   int me = rank();
-  return impl_->enqueue_p2p(describe("send", count, type) + " to rank " + std::to_string(peer), peer,
-                            [=](transport::Endpoint& ep) { return ep.isend(peer, algo::p2p_tag(context, me, tag), buf, bytes); });
+  return impl_->enqueue_p2p(
+      describe("send", count, type) + " to rank " + std::to_string(peer), peer,
+      [=](transport::Endpoint& ep) { return ep.isend(peer, algo::p2p_tag(context, me, tag), buf, bytes); });
 }
 
 Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
@@ -193,10 +203,9 @@ Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32
   if (peer == rank()) throw InvalidUsageError("recv: peer " + std::to_string(peer) + " is this rank");
   check_buffer("recv", "output", buf, bytes, type);
   auto context = impl_->context();
-  return impl_->enqueue_p2p(describe("recv", count, type) + " from rank " + std::to_string(peer), peer,
-                            [=](transport::Endpoint& ep) {
-                              return ep.irecv(peer, algo::p2p_tag(context, peer, tag), 0, buf, bytes);
-                            });
+  return impl_->enqueue_p2p(
+      describe("recv", count, type) + " from rank " + std::to_string(peer), peer,
+      [=](transport::Endpoint& ep) { return ep.irecv(peer, algo::p2p_tag(context, peer, tag), 0, buf, bytes); });
 }
 
 void Communicator::abort() { impl_->abort(); }

@@ -16,8 +16,8 @@
 namespace hiercoll::core {
 
 std::string describe_op(const algo::OpDescriptor& d) {
-  static const char* kNames[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
-                                 "alltoall", "barrier"};
+  static const char* kNames[] = {"?",         "allreduce", "reduce_scatter", "allgather",
+                                 "broadcast", "reduce",    "alltoall",       "barrier"};
   std::string text = d.kind < sizeof(kNames) / sizeof(kNames[0]) ? kNames[d.kind] : "?";
   if (d.kind == kOpBarrier) return text;
   text += "(" + std::to_string(d.count) + " x " + to_string(static_cast<DataType>(d.type));
@@ -124,9 +124,9 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   try {
     store.wait(keys, options_.timeout);
   } catch (const TimeoutError&) {
-    throw TimeoutError("Communicator::create: rank(s) " + missing_ranks(store, size_) + " of " +
-                       std::to_string(size_) + " never arrived within " + std::to_string(options_.timeout.count()) +
-                       " ms (communicator '" + options_.name + "')");
+    throw TimeoutError("Communicator::create: rank(s) " + missing_ranks(store, size_) + " of " + std::to_string(size_) +
+                       " never arrived within " + std::to_string(options_.timeout.count()) + " ms (communicator '" +
+                       options_.name + "')");
   }
   std::vector<std::vector<uint8_t>> addresses;
   std::vector<std::string> node_ids;
@@ -229,8 +229,8 @@ void CommunicatorImpl::run_op(Op& op) {
   if (aborted_) {
     failure = std::make_exception_ptr(RemoteError(op.what + ": the communicator was aborted"));
   } else if (!broken_.empty()) {
-    failure = std::make_exception_ptr(
-        RemoteError(op.what + ": the communicator is broken by an earlier error: " + broken_));
+    failure =
+        std::make_exception_ptr(RemoteError(op.what + ": the communicator is broken by an earlier error: " + broken_));
   } else {
     try {
       op.run(op.state);

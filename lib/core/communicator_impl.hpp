@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "algo/agreement.hpp"
 #include "algo/background.hpp"
 #include "algo/channel.hpp"
-#include "algo/agreement.hpp"
 #include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
 #include "core/work_state.hpp"
@@ -26,7 +26,13 @@ namespace hiercoll::core {
 
 /// Collective kinds, as the mismatch check names them.
 enum OpKind : uint32_t {
-  kOpAllreduce = 1, kOpReduceScatter, kOpAllgather, kOpBroadcast, kOpReduce, kOpAlltoall, kOpBarrier
+  kOpAllreduce = 1,
+  kOpReduceScatter,
+  kOpAllgather,
+  kOpBroadcast,
+  kOpReduce,
+  kOpAlltoall,
+  kOpBarrier
 };
 std::string describe_op(const algo::OpDescriptor& descriptor);
 
@@ -95,7 +101,7 @@ class CommunicatorImpl {
   std::deque<Op> queue_;
   bool stopping_ = false;
   std::atomic<bool> aborted_{false};
-  std::string broken_;  // first fatal error; later operations fail with it (progress thread only)
+  std::string broken_;         // first fatal error; later operations fail with it (progress thread only)
   std::list<PendingP2P> p2p_;  // progress thread only
   std::thread thread_;
 };

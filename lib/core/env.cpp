@@ -31,7 +31,8 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
   if (suffix == "K" || suffix == "k") value <<= 10;
   else if (suffix == "M" || suffix == "m") value <<= 20;
   else if (suffix == "G" || suffix == "g") value <<= 30;
-  else if (!suffix.empty()) throw InvalidUsageError(what + "='" + text + "': unknown suffix '" + suffix + "' (K, M, G)");
+  else if (!suffix.empty())
+    throw InvalidUsageError(what + "='" + text + "': unknown suffix '" + suffix + "' (K, M, G)");
   return value;
 }
 

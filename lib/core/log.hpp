@@ -13,11 +13,11 @@ void log_line(LogLevel level, const std::string& message);
 
 }  // namespace hiercoll::core
 
-#define HIERCOLL_LOG(level, expr)                                                      \
-  do {                                                                                 \
-    if (::hiercoll::core::log_level() >= ::hiercoll::core::LogLevel::level) {          \
-      std::ostringstream hiercoll_log_stream_;                                         \
-      hiercoll_log_stream_ << expr;                                                    \
+#define HIERCOLL_LOG(level, expr)                                                                \
+  do {                                                                                           \
+    if (::hiercoll::core::log_level() >= ::hiercoll::core::LogLevel::level) {                    \
+      std::ostringstream hiercoll_log_stream_;                                                   \
+      hiercoll_log_stream_ << expr;                                                              \
       ::hiercoll::core::log_line(::hiercoll::core::LogLevel::level, hiercoll_log_stream_.str()); \
-    }                                                                                  \
+    }                                                                                            \
   } while (0)

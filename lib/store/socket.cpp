@@ -16,9 +16,7 @@
 namespace hiercoll::store {
 namespace {
 
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw SystemError(what + ": " + std::strerror(errno));
-}
+[[noreturn]] void throw_errno(const std::string& what) { throw SystemError(what + ": " + std::strerror(errno)); }
 
 addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
   addrinfo hints{};

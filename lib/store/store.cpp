@@ -1,4 +1,6 @@
 // Store pieces shared by every implementation: wait(), PrefixStore, FileStore and open_store().
+#include "hiercoll/store.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "hiercoll/errors.hpp"
-#include "hiercoll/store.hpp"
 #include "store/socket.hpp"
 
 namespace hiercoll {

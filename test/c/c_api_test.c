@@ -5,12 +5,12 @@
 #include <string.h>
 
 static int failures = 0;
-#define EXPECT(cond)                                               \
-  do {                                                             \
-    if (!(cond)) {                                                 \
+#define EXPECT(cond)                                                             \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
       printf("FAIL line %d: %s (%s)\n", __LINE__, #cond, hiercoll_last_error()); \
-      ++failures;                                                  \
-    }                                                              \
+      ++failures;                                                                \
+    }                                                                            \
   } while (0)
 
 int main(void) {

@@ -16,7 +16,8 @@ inline uint16_t encode_small_float(double v, int mantissa_bits, int exponent_bit
   const int min_exp = 1 - bias;
   uint16_t sign = std::signbit(v) ? static_cast<uint16_t>(1u << (mantissa_bits + exponent_bits)) : 0;
   double a = std::fabs(v);
-  if (std::isnan(v)) return static_cast<uint16_t>(((1u << exponent_bits) - 1) << mantissa_bits | 1u << (mantissa_bits - 1));
+  if (std::isnan(v))
+    return static_cast<uint16_t>(((1u << exponent_bits) - 1) << mantissa_bits | 1u << (mantissa_bits - 1));
   if (a == 0) return sign;
   int k;
   std::frexp(a, &k);  // a = f * 2^k, f in [0.5, 1)
@@ -122,14 +123,16 @@ inline double reference_value(int n, size_t i, DataType type, ReduceOp op, uint3
 /// of 16-bit floats (the library divides in fp32, then rounds once more).
 inline double tolerance(DataType type, ReduceOp op, double expected) {
   if (op != ReduceOp::kAvg) return 0;
-  double ulp = type == DataType::kFloat16 ? std::ldexp(1.0, -10) : type == DataType::kBFloat16 ? std::ldexp(1.0, -7) : 0;
+  double ulp = type == DataType::kFloat16    ? std::ldexp(1.0, -10)
+               : type == DataType::kBFloat16 ? std::ldexp(1.0, -7)
+                                             : 0;
   return std::fabs(expected) * ulp;
 }
 
 inline const std::vector<DataType>& all_types() {
-  static const std::vector<DataType> types = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+  static const std::vector<DataType> types = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                               DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                              DataType::kInt32,   DataType::kInt64};
+                                              DataType::kInt32,    DataType::kInt64};
   return types;
 }
 inline const std::vector<ReduceOp>& all_ops() {

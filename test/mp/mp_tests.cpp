@@ -1,10 +1,9 @@
 // Multi-process tests: real ranks over the libfabric tcp provider on loopback, each checking its results
 // against a serial reference (see mp_worker.cpp).
 #define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
-
 #include <dirent.h>
 
+#include <catch2/catch.hpp>
 #include <csignal>
 
 #include "launcher.hpp"
@@ -16,7 +15,8 @@ namespace {
 
 LaunchOptions loopback(std::map<std::string, std::string> extra = {}) {
   LaunchOptions options;
-  options.env = {{"HIERCOLL_FABRIC_PROVIDER", "tcp"}, {"HIERCOLL_FABRIC_IFACE", "lo"}, {"HIERCOLL_TIMEOUT_MS", "60000"}};
+  options.env = {
+      {"HIERCOLL_FABRIC_PROVIDER", "tcp"}, {"HIERCOLL_FABRIC_IFACE", "lo"}, {"HIERCOLL_TIMEOUT_MS", "60000"}};
   for (auto& [k, v] : extra) options.env[k] = v;
   options.timeout = std::chrono::seconds(600);
   return options;
@@ -47,8 +47,8 @@ TEST_CASE("hierarchical allreduce equals the serial reference on emulated node l
   auto shape = GENERATE(Shape{"1x4", {0, 0, 0, 0}}, Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}},
                         Shape{"2x3", {0, 0, 0, 1, 1, 1}}, Shape{"irregular 2+1", {0, 0, 1}},
                         Shape{"irregular 1+3+1", {0, 1, 1, 1, 2}}, Shape{"interleaved 2x2", {0, 1, 0, 1}});
-  auto options = loopback({{"HIERCOLL_ALGO", "hier"}, {"HIERCOLL_SHM_PIECE_BYTES", "64K"},
-                           {"HIERCOLL_CHUNK_BYTES", "16K"}});
+  auto options =
+      loopback({{"HIERCOLL_ALGO", "hier"}, {"HIERCOLL_SHM_PIECE_BYTES", "64K"}, {"HIERCOLL_CHUNK_BYTES", "16K"}});
   options.node_of = shape.node_of;
   INFO("layout " << shape.name);
   auto result = launch(static_cast<int>(shape.node_of.size()), HIERCOLL_MP_WORKER, {"allreduce"}, options);
@@ -80,7 +80,8 @@ int count_segments() {
 }
 }  // namespace
 
-TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves no shared memory", "[mp][errors][hier]") {
+TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves no shared memory",
+          "[mp][errors][hier]") {
   std::string algo = GENERATE(std::string("ring"), std::string("hier"));
   int before = count_segments();
   auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "4000"}, {"HIERCOLL_ALGO", algo}, {"HIERCOLL_TEST_DIE_RANK", "1"}});

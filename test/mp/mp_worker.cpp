@@ -4,11 +4,11 @@
 #include <dirent.h>
 
 #include <csignal>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -84,7 +84,8 @@ void run_allreduce(Communicator& comm, bool large) {
     comm.allreduce(in.data(), in.data(), count, type, ReduceOp::kSum).wait();
     std::string what = name("allreduce", type, ReduceOp::kSum, count, true);
     for (size_t i = 0; i < count; ++i) {
-      expect_equal(what, type, ReduceOp::kSum, in.data(), i, hiercoll::test::reference_value(n, i, type, ReduceOp::kSum, seed));
+      expect_equal(what, type, ReduceOp::kSum, in.data(), i,
+                   hiercoll::test::reference_value(n, i, type, ReduceOp::kSum, seed));
     }
   }
 }
@@ -102,7 +103,8 @@ void run_collectives(Communicator& comm) {
           // reduce_scatter: rank r gets elements [r*count, (r+1)*count) of the reduction.
           Buffer in = make_input(r, count * static_cast<size_t>(n), type, op, seed);
           Buffer out(count * elem);
-          void* target = in_place ? static_cast<uint8_t*>(in.data()) + static_cast<size_t>(r) * count * elem : out.data();
+          void* target =
+              in_place ? static_cast<uint8_t*>(in.data()) + static_cast<size_t>(r) * count * elem : out.data();
           comm.reduce_scatter(in.data(), target, count, type, op).wait();
           std::string what = name("reduce_scatter", type, op, count, in_place);
           for (size_t i = 0; i < count; ++i) {
@@ -145,7 +147,8 @@ void run_collectives(Communicator& comm) {
         comm.broadcast(data.data(), data.data(), count, type, root).wait();
         Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
         std::string what = name("broadcast", type, ReduceOp::kSum, count, true) + " root " + std::to_string(root);
-        for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
+        for (size_t i = 0; i < count; ++i)
+          expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
       }
       for (bool in_place : {false, true}) {
         // alltoall: rank r's block j is input elements [j*count, (j+1)*count) of rank r.
@@ -157,7 +160,8 @@ void run_collectives(Communicator& comm) {
         for (int j = 0; j < n; ++j) {
           Buffer want = make_input(j, count, type, ReduceOp::kSum, seed, static_cast<size_t>(r) * count);
           for (size_t i = 0; i < count; ++i) {
-            expect_equal(what, type, ReduceOp::kSum, target, static_cast<size_t>(j) * count + i, get(type, want.data(), i));
+            expect_equal(what, type, ReduceOp::kSum, target, static_cast<size_t>(j) * count + i,
+                         get(type, want.data(), i));
           }
         }
       }
@@ -208,13 +212,17 @@ void run_errors(Communicator& comm) {
   std::vector<float> a(64), b(64);
   expect_invalid("null input", "input buffer is null",
                  [&] { comm.allreduce(nullptr, b.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
-  expect_invalid("misaligned", "not aligned",
-                 [&] { comm.allreduce(reinterpret_cast<char*>(a.data()) + 1, b.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
+  expect_invalid("misaligned", "not aligned", [&] {
+    comm.allreduce(reinterpret_cast<char*>(a.data()) + 1, b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+  });
   expect_invalid("avg on int", "avg is defined on floating types only",
                  [&] { comm.allreduce(a.data(), b.data(), 4, DataType::kInt32, ReduceOp::kAvg); });
-  expect_invalid("bad root", "root " + std::to_string(n), [&] { comm.broadcast(a.data(), a.data(), 4, DataType::kFloat32, n); });
-  expect_invalid("negative root", "root -1", [&] { comm.reduce(a.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum, -1); });
-  expect_invalid("overlap", "overlap", [&] { comm.allreduce(a.data(), a.data() + 1, 8, DataType::kFloat32, ReduceOp::kSum); });
+  expect_invalid("bad root", "root " + std::to_string(n),
+                 [&] { comm.broadcast(a.data(), a.data(), 4, DataType::kFloat32, n); });
+  expect_invalid("negative root", "root -1",
+                 [&] { comm.reduce(a.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum, -1); });
+  expect_invalid("overlap", "overlap",
+                 [&] { comm.allreduce(a.data(), a.data() + 1, 8, DataType::kFloat32, ReduceOp::kSum); });
   expect_invalid("bad peer", "peer", [&] { comm.send(a.data(), 4, DataType::kFloat32, n + 3); });
   expect_invalid("bad type", "unknown data type",
                  [&] { comm.allreduce(a.data(), b.data(), 4, static_cast<DataType>(42), ReduceOp::kSum); });
@@ -326,7 +334,8 @@ int count_open_fds() {
 // each checked against the serial reference; afterwards no file descriptors may have leaked.
 void run_soak(Communicator& comm) {
   const int n = comm.size(), r = comm.rank();
-  const int iterations = std::atoi(std::getenv("HIERCOLL_SOAK_ITERATIONS") ? std::getenv("HIERCOLL_SOAK_ITERATIONS") : "2000");
+  const int iterations =
+      std::atoi(std::getenv("HIERCOLL_SOAK_ITERATIONS") ? std::getenv("HIERCOLL_SOAK_ITERATIONS") : "2000");
   comm.barrier().wait();
   const int fds_before = count_open_fds();
   std::mt19937_64 rng(12345);  // same seed everywhere: all ranks issue the same sequence
@@ -354,13 +363,16 @@ void run_soak(Communicator& comm) {
       case 0: {
         Buffer in = make_input(r, count, type, op, seed), out(count * elem);
         comm.allreduce(in.data(), out.data(), count, type, op).wait();
-        for (size_t i = 0; i < count; ++i) expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
+        for (size_t i = 0; i < count; ++i)
+          expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
         break;
       }
       case 1: {
         Buffer in = make_input(r, count * n, type, op, seed), out(count * elem);
         comm.reduce_scatter(in.data(), out.data(), count, type, op).wait();
-        for (size_t i = 0; i < count; ++i) expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, r * count + i, type, op, seed));
+        for (size_t i = 0; i < count; ++i)
+          expect_equal(what, type, op, out.data(), i,
+                       hiercoll::test::reference_value(n, r * count + i, type, op, seed));
         break;
       }
       case 2: {
@@ -368,7 +380,8 @@ void run_soak(Communicator& comm) {
         comm.allgather(in.data(), out.data(), count, type).wait();
         for (int j = 0; j < n; ++j) {
           Buffer want = make_input(j, count, type, ReduceOp::kSum, seed);
-          for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, out.data(), j * count + i, get(type, want.data(), i));
+          for (size_t i = 0; i < count; ++i)
+            expect_equal(what, type, ReduceOp::kSum, out.data(), j * count + i, get(type, want.data(), i));
         }
         count *= n;
         break;
@@ -377,14 +390,16 @@ void run_soak(Communicator& comm) {
         Buffer data = r == root ? make_input(root, count, type, ReduceOp::kSum, seed) : Buffer(count * elem);
         comm.broadcast(data.data(), data.data(), count, type, root).wait();
         Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
-        for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
+        for (size_t i = 0; i < count; ++i)
+          expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
         break;
       }
       case 4: {
         Buffer in = make_input(r, count, type, op, seed), out(count * elem);
         comm.reduce(in.data(), out.data(), count, type, op, root).wait();
         if (r == root) {
-          for (size_t i = 0; i < count; ++i) expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
+          for (size_t i = 0; i < count; ++i)
+            expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
         }
         break;
       }
@@ -393,7 +408,8 @@ void run_soak(Communicator& comm) {
         comm.alltoall(in.data(), out.data(), count, type).wait();
         for (int j = 0; j < n; ++j) {
           Buffer want = make_input(j, count, type, ReduceOp::kSum, seed, r * count);
-          for (size_t i = 0; i < count; ++i) expect_equal(what, type, ReduceOp::kSum, out.data(), j * count + i, get(type, want.data(), i));
+          for (size_t i = 0; i < count; ++i)
+            expect_equal(what, type, ReduceOp::kSum, out.data(), j * count + i, get(type, want.data(), i));
         }
         count *= n;
       }

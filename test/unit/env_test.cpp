@@ -1,7 +1,8 @@
+#include "core/env.hpp"
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "core/env.hpp"
 #include "hiercoll/errors.hpp"
 
 using namespace hiercoll;

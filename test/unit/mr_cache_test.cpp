@@ -1,8 +1,8 @@
+#include "transport/mr_cache.hpp"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <vector>
-
-#include "transport/mr_cache.hpp"
 
 using hiercoll::transport::MrCache;
 

@@ -1,12 +1,13 @@
 // Reduction kernels of every instruction set this CPU has, against a scalar double-precision reference
 // built with the test's own encoder, over odd counts and unaligned offsets.
+#include "reduce/reduce.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "reduce/reduce.hpp"
 #include "values.hpp"
 
 using namespace hiercoll;
@@ -64,9 +65,9 @@ TEST_CASE("kernels match a scalar reference for every type, op and instruction s
               double want = test::get(type, cell, 0);
               double got = test::get(type, dst.data() + offset * elem, i);
               if (got != want) {
-                FAIL(reduce::to_string(isa) << " " << to_string(type) << " " << to_string(op) << " count " << count
-                                            << " i " << i << ": " << x << " op " << y << " = " << got << ", want "
-                                            << want);
+                FAIL(reduce::to_string(isa)
+                     << " " << to_string(type) << " " << to_string(op) << " count " << count << " i " << i << ": " << x
+                     << " op " << y << " = " << got << ", want " << want);
               }
             }
           }

@@ -1,11 +1,12 @@
-#include <catch2/catch.hpp>
+#include "hiercoll/store.hpp"
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "hiercoll/errors.hpp"
-#include "hiercoll/store.hpp"
 
 using namespace hiercoll;
 using namespace std::chrono_literals;

@@ -1,9 +1,10 @@
+#include "hiercoll/topology.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "algo/select.hpp"
-#include "hiercoll/topology.hpp"
 
 using namespace hiercoll;
 

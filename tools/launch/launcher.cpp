@@ -144,7 +144,8 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
   }
   for (int r = 0; r < started; ++r) result.ranks[r].output = read_all(dir + "/rank" + std::to_string(r) + ".log");
   std::string cleanup = "rm -rf '" + dir + "'";
-  if (std::system(cleanup.c_str()) != 0) { /* best effort */ }
+  if (std::system(cleanup.c_str()) != 0) { /* best effort */
+  }
   return result;
 }
 

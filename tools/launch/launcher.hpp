@@ -17,8 +17,8 @@ struct RankResult {
 struct LaunchOptions {
   std::map<std::string, std::string> env;  ///< extra variables for every rank
   std::chrono::seconds timeout{120};
-  bool tcp_store = false;      ///< rank 0 serves a TCP store (default: a file store in a fresh directory)
-  int launch_only = -1;        ///< start only this many of the ranks (to simulate ranks that never arrive)
+  bool tcp_store = false;  ///< rank 0 serves a TCP store (default: a file store in a fresh directory)
+  int launch_only = -1;    ///< start only this many of the ranks (to simulate ranks that never arrive)
   /// Per-rank extra variables, e.g. {{2, {{"HIERCOLL_TEST_DIE_AT", "3"}}}}.
   std::map<int, std::map<std::string, std::string>> rank_env;
   bool inherit_output = false;

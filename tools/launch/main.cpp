@@ -44,7 +44,9 @@ int main(int argc, char** argv) {
     }
   }
   if (i >= argc || ranks < 1) {
-    std::fprintf(stderr, "usage: hiercoll_launch -n RANKS [--ranks-per-node K [--netns PREFIX]] [--tcp-store] [--timeout S] [-x NAME=VALUE]... -- program [args]\n");
+    std::fprintf(stderr,
+                 "usage: hiercoll_launch -n RANKS [--ranks-per-node K [--netns PREFIX]] [--tcp-store] [--timeout S] "
+                 "[-x NAME=VALUE]... -- program [args]\n");
     return 2;
   }
   if (ranks_per_node > 0) {  // emulate nodes on this host (HIERCOLL_NODE_ID)

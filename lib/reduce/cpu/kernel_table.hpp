@@ -14,8 +14,14 @@ struct KernelTable {
   DivideFn divide[kNumDataTypes];
 };
 
-namespace scalar { KernelTable make_kernel_table(); }
-namespace avx2 { KernelTable make_kernel_table(); }
-namespace avx512 { KernelTable make_kernel_table(); }
+namespace scalar {
+KernelTable make_kernel_table();
+}
+namespace avx2 {
+KernelTable make_kernel_table();
+}
+namespace avx512 {
+KernelTable make_kernel_table();
+}
 
 }  // namespace hiercoll::reduce

@@ -17,27 +17,39 @@ namespace {
 
 // Integer arithmetic goes through the unsigned type: wrap-around is defined there.
 template <typename T, bool = std::is_integral_v<T>>
-struct ArithOf { using type = T; };
+struct ArithOf {
+  using type = T;
+};
 template <typename T>
-struct ArithOf<T, true> { using type = std::make_unsigned_t<T>; };
+struct ArithOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
 template <typename T>
 using Arith = typename ArithOf<T>::type;
 
 struct Sum {
   template <typename T>
-  static T apply(T a, T b) { return static_cast<T>(static_cast<Arith<T>>(a) + static_cast<Arith<T>>(b)); }
+  static T apply(T a, T b) {
+    return static_cast<T>(static_cast<Arith<T>>(a) + static_cast<Arith<T>>(b));
+  }
 };
 struct Prod {
   template <typename T>
-  static T apply(T a, T b) { return static_cast<T>(static_cast<Arith<T>>(a) * static_cast<Arith<T>>(b)); }
+  static T apply(T a, T b) {
+    return static_cast<T>(static_cast<Arith<T>>(a) * static_cast<Arith<T>>(b));
+  }
 };
 struct Min {
   template <typename T>
-  static T apply(T a, T b) { return a < b ? a : b; }
+  static T apply(T a, T b) {
+    return a < b ? a : b;
+  }
 };
 struct Max {
   template <typename T>
-  static T apply(T a, T b) { return a > b ? a : b; }
+  static T apply(T a, T b) {
+    return a > b ? a : b;
+  }
 };
 
 template <typename T, typename Op>
@@ -79,8 +91,7 @@ void narrow_bf16(uint16_t* out, const float* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = detail::float_to_bf16(in[i]);
 }
 
-template <void (*Widen)(float*, const uint16_t*, size_t), void (*Narrow)(uint16_t*, const float*, size_t),
-          typename Op>
+template <void (*Widen)(float*, const uint16_t*, size_t), void (*Narrow)(uint16_t*, const float*, size_t), typename Op>
 void reduce_16bit(void* dst, const void* a, const void* b, size_t count) {
   alignas(64) float fa[kBlock];
   alignas(64) float fb[kBlock];

@@ -78,8 +78,8 @@ class FabricEndpoint final : public Endpoint {
           options.mr_cache_entries,
           [this](uintptr_t begin, size_t length) {
             fid_mr* mr = nullptr;
-            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0, 0,
-                                            0, &mr, nullptr));
+            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0, 0, 0,
+                                            &mr, nullptr));
             MrCache::Registration reg;
             reg.handle = mr;
             reg.descriptor = fi_mr_desc(mr);
@@ -87,9 +87,9 @@ class FabricEndpoint final : public Endpoint {
           },
           [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
     }
-    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << ", domain " << info_->domain_attr->name
-                                           << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
-                                           << (needs_mr_ ? "registered (cache)" : "not needed"));
+    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << ", domain " << info_->domain_attr->name << ", cq wait "
+                                            << (cq_can_wait_ ? "yes" : "no") << ", mr "
+                                            << (needs_mr_ ? "registered (cache)" : "not needed"));
   }
 
   ~FabricEndpoint() override {

@@ -1,8 +1,8 @@
 #pragma once
 // NodeArena: one shared-memory segment per node through which its local ranks exchange data.
 //
-// Layout: a header of per-rank flag and signature words (one cache line per rank), then `buffers` x local_size data areas of
-// `area_bytes` each. Synchronisation is a flag barrier: each rank publishes an increasing epoch and waits
+// Layout: a header of per-rank flag and signature words (one cache line per rank), then `buffers` x local_size data
+// areas of `area_bytes` each. Synchronisation is a flag barrier: each rank publishes an increasing epoch and waits
 // until every local rank has published at least as much, spinning briefly then sleeping, and giving up
 // with TimeoutError (naming the local rank it waited for) at the deadline.
 #include <atomic>
