@@ -1,5 +1,7 @@
 #include "algo/background.hpp"
 
+#include "hiercoll/errors.hpp"
+
 namespace hiercoll::algo {
 
 BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
@@ -18,7 +20,7 @@ void BackgroundWorker::start(std::function<void()> job) {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = std::move(job);
     running_ = true;
-    error_ = nullptr;
+    error_.reset();
   }
   cv_.notify_all();
 }
@@ -26,7 +28,7 @@ void BackgroundWorker::start(std::function<void()> job) {
 void BackgroundWorker::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return !running_; });
-  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  if (error_) core::throw_failure(*std::exchange(error_, std::nullopt));
 }
 
 bool BackgroundWorker::busy() const {
@@ -42,11 +44,13 @@ void BackgroundWorker::loop() {
     auto job = std::move(job_);
     job_ = nullptr;
     lock.unlock();
-    std::exception_ptr error;
+    std::optional<core::Failure> error;
     try {
       job();
-    } catch (...) {
-      error = std::current_exception();
+    } catch (const Error& e) {
+      error = core::Failure::of(e);
+    } catch (const std::exception& e) {
+      error = core::Failure{ErrorCode::kInternal, e.what()};
     }
     lock.lock();
     error_ = error;

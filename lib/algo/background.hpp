@@ -3,11 +3,13 @@
 // pipelined algorithm can overlap a network phase with shared-memory work. While a job runs, the
 // caller must not touch what the job uses (e.g. the endpoint): the job owns it until wait() returns.
 #include <condition_variable>
-#include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
+
+#include "core/failure.hpp"
 
 namespace hiercoll::algo {
 
@@ -30,7 +32,7 @@ class BackgroundWorker {
   std::condition_variable cv_;
   std::function<void()> job_;
   bool running_ = false, stopping_ = false;
-  std::exception_ptr error_;
+  std::optional<core::Failure> error_;  // as data: see core/failure.hpp
   std::thread thread_;
 };
 

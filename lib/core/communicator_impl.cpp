@@ -225,23 +225,22 @@ Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
 }
 
 void CommunicatorImpl::run_op(Op& op) {
-  std::exception_ptr failure;
+  std::optional<Failure> failure;
   if (aborted_) {
-    failure = std::make_exception_ptr(RemoteError(op.what + ": the communicator was aborted"));
+    failure = Failure{ErrorCode::kRemoteError, op.what + ": the communicator was aborted"};
   } else if (!broken_.empty()) {
     failure =
-        std::make_exception_ptr(RemoteError(op.what + ": the communicator is broken by an earlier error: " + broken_));
+        Failure{ErrorCode::kRemoteError, op.what + ": the communicator is broken by an earlier error: " + broken_};
   } else {
     try {
       op.run(op.state);
     } catch (const Error& e) {
-      failure = std::current_exception();
-      broken_ = e.what();
+      failure = Failure::of(e);
     } catch (const std::exception& e) {
-      failure = std::make_exception_ptr(InternalError(op.what + ": " + e.what()));
-      broken_ = e.what();
+      failure = Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
     }
     if (failure) {
+      broken_ = failure->message;
       HIERCOLL_LOG(kWarn, broken_);
       // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
       endpoint_->cancel_all(op.what + " failed");
@@ -254,21 +253,21 @@ void CommunicatorImpl::run_op(Op& op) {
 void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
   auto now = algo::Clock::now();
   for (auto it = p2p_.begin(); it != p2p_.end();) {
-    std::exception_ptr failure;
+    std::optional<Failure> failure;
     bool finished = it->request->done();
     if (finished) {
       try {
         algo::check_request(*it->request, it->peer, it->what);
-      } catch (...) {
-        failure = std::current_exception();
+      } catch (const Error& e) {
+        failure = Failure::of(e);
       }
     } else if (all_failed) {
-      failure = std::make_exception_ptr(RemoteError(it->what + ": " + reason));
+      failure = Failure{ErrorCode::kRemoteError, it->what + ": " + reason};
       finished = true;
     } else if (now >= it->deadline) {
-      failure = std::make_exception_ptr(TimeoutError(it->what + ": rank " + std::to_string(it->peer) +
-                                                     " did not match it within " +
-                                                     std::to_string(options_.timeout.count()) + " ms"));
+      failure =
+          Failure{ErrorCode::kTimeout, it->what + ": rank " + std::to_string(it->peer) + " did not match it within " +
+                                           std::to_string(options_.timeout.count()) + " ms"};
       finished = true;
     }
     if (finished) {

@@ -1,5 +1,6 @@
 #include "hiercoll/errors.hpp"
 
+#include "core/failure.hpp"
 #include "hiercoll/types.hpp"
 #include "hiercoll/version.hpp"
 
@@ -64,6 +65,19 @@ const char* to_string(ReduceOp op) {
     case ReduceOp::kAvg: return "avg";
   }
   return "unknown";
+}
+
+void core::throw_failure(const Failure& failure) {
+  switch (failure.code) {
+    case ErrorCode::kInvalidUsage: throw InvalidUsageError(failure.message);
+    case ErrorCode::kTimeout: throw TimeoutError(failure.message);
+    case ErrorCode::kRemoteError: throw RemoteError(failure.message);
+    case ErrorCode::kSystemError: throw SystemError(failure.message);
+    case ErrorCode::kFabricError: throw FabricError(failure.message);
+    case ErrorCode::kCudaError: throw CudaError(failure.message);
+    case ErrorCode::kInternal: break;
+  }
+  throw InternalError(failure.message);
 }
 
 }  // namespace hiercoll

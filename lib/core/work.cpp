@@ -19,13 +19,18 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   } else if (!state_->done_cv.wait_for(lock, timeout, finished)) {
     throw TimeoutError("Work::wait: the operation did not finish within " + std::to_string(timeout.count()) + " ms");
   }
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->failure) core::throw_failure(*state_->failure);
 }
 
 std::exception_ptr Work::error() const {
   if (!state_) return nullptr;
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->error;
+  if (!state_->failure) return nullptr;
+  try {
+    core::throw_failure(*state_->failure);
+  } catch (...) {
+    return std::current_exception();
+  }
 }
 
 }  // namespace hiercoll
