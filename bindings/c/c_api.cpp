@@ -1,6 +1,7 @@
 // The C API: thin wrappers that turn hiercoll::Error into result codes and a per-thread message.
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "hiercoll/hiercoll.h"
 #include "hiercoll/hiercoll.hpp"
@@ -10,6 +11,9 @@ struct hiercoll_comm {
 };
 struct hiercoll_work {
   hiercoll::Work work;
+};
+struct hiercoll_bucketer {
+  hiercoll::GradientBucketer bucketer;
 };
 
 namespace {
@@ -115,6 +119,37 @@ hiercoll_result_t hiercoll_work_wait(hiercoll_work_t work, int64_t timeout_ms) {
 int hiercoll_work_is_completed(hiercoll_work_t work) { return work == nullptr || work->work.is_completed() ? 1 : 0; }
 
 void hiercoll_work_free(hiercoll_work_t work) { delete work; }
+
+hiercoll_result_t hiercoll_bucketer_create(hiercoll_comm_t comm, void* const* data, const size_t* counts,
+                                           const hiercoll_datatype_t* types, size_t n, size_t bucket_cap_bytes,
+                                           hiercoll_bucketer_t* bucketer) {
+  return guarded([&] {
+    if (bucketer == nullptr || (n > 0 && (data == nullptr || counts == nullptr || types == nullptr))) {
+      throw hiercoll::InvalidUsageError("hiercoll_bucketer_create: NULL argument");
+    }
+    std::vector<hiercoll::GradientSpec> specs;
+    for (size_t i = 0; i < n; ++i) specs.push_back({data[i], counts[i], type_of(types[i])});
+    hiercoll::BucketerOptions options;
+    if (bucket_cap_bytes > 0) options.bucket_cap_bytes = bucket_cap_bytes;
+    *bucketer = new hiercoll_bucketer{hiercoll::GradientBucketer(deref(comm).comm, std::move(specs), options)};
+  });
+}
+
+hiercoll_result_t hiercoll_bucketer_mark_ready(hiercoll_bucketer_t bucketer, size_t index) {
+  return guarded([&] {
+    if (bucketer == nullptr) throw hiercoll::InvalidUsageError("bucketer is NULL");
+    bucketer->bucketer.mark_ready(index);
+  });
+}
+
+hiercoll_result_t hiercoll_bucketer_finish(hiercoll_bucketer_t bucketer) {
+  return guarded([&] {
+    if (bucketer == nullptr) throw hiercoll::InvalidUsageError("bucketer is NULL");
+    bucketer->bucketer.finish();
+  });
+}
+
+void hiercoll_bucketer_free(hiercoll_bucketer_t bucketer) { delete bucketer; }
 
 const char* hiercoll_last_error(void) { return g_last_error.c_str(); }
 

@@ -69,6 +69,17 @@ HIERCOLL_C_API hiercoll_result_t hiercoll_work_wait(hiercoll_work_t work, int64_
 HIERCOLL_C_API int hiercoll_work_is_completed(hiercoll_work_t work);
 HIERCOLL_C_API void hiercoll_work_free(hiercoll_work_t work);
 
+/* Gradient bucketing (see hiercoll/bucketer.hpp): n gradients, averaged across ranks in fused buckets whose
+ * allreduce starts as soon as their gradients are marked ready. bucket_cap_bytes 0 means 25 MB. */
+typedef struct hiercoll_bucketer* hiercoll_bucketer_t;
+HIERCOLL_C_API hiercoll_result_t hiercoll_bucketer_create(hiercoll_comm_t comm, void* const* data, const size_t* counts,
+                                                          const hiercoll_datatype_t* types, size_t n,
+                                                          size_t bucket_cap_bytes, hiercoll_bucketer_t* bucketer);
+HIERCOLL_C_API hiercoll_result_t hiercoll_bucketer_mark_ready(hiercoll_bucketer_t bucketer, size_t index);
+/* Waits for every bucket and writes the averages back into the gradients. */
+HIERCOLL_C_API hiercoll_result_t hiercoll_bucketer_finish(hiercoll_bucketer_t bucketer);
+HIERCOLL_C_API void hiercoll_bucketer_free(hiercoll_bucketer_t bucketer);
+
 /* Message of this thread's last failed call ("" if none). Valid until its next call. */
 HIERCOLL_C_API const char* hiercoll_last_error(void);
 

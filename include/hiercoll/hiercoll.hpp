@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header of the hiercoll C++ API.
+#include "hiercoll/bucketer.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"

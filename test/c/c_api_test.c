@@ -46,6 +46,26 @@ int main(void) {
   EXPECT(hiercoll_allgather(comm, &mine, all, 1, HIERCOLL_INT32, NULL) == HIERCOLL_SUCCESS);
   for (int r = 0; r < size; ++r) EXPECT(all[r] == r * r);
 
+  /* Bucketed averaging of two gradients, marked ready last-first. */
+  {
+    float g0[300], g1[70];
+    for (int i = 0; i < 300; ++i) g0[i] = (float)(rank + i);
+    for (int i = 0; i < 70; ++i) g1[i] = (float)(2 * rank - i);
+    void* data[2] = {g0, g1};
+    size_t counts[2] = {300, 70};
+    hiercoll_datatype_t types[2] = {HIERCOLL_FLOAT32, HIERCOLL_FLOAT32};
+    hiercoll_bucketer_t bucketer = NULL;
+    EXPECT(hiercoll_bucketer_create(comm, data, counts, types, 2, 1024, &bucketer) == HIERCOLL_SUCCESS);
+    EXPECT(hiercoll_bucketer_mark_ready(bucketer, 1) == HIERCOLL_SUCCESS);
+    EXPECT(hiercoll_bucketer_mark_ready(bucketer, 1) == HIERCOLL_ERROR_INVALID_USAGE); /* twice */
+    EXPECT(hiercoll_bucketer_mark_ready(bucketer, 0) == HIERCOLL_SUCCESS);
+    EXPECT(hiercoll_bucketer_finish(bucketer) == HIERCOLL_SUCCESS);
+    double mean_rank = (size - 1) / 2.0;
+    for (int i = 0; i < 300; ++i) EXPECT(g0[i] == (float)(mean_rank + i));
+    for (int i = 0; i < 70; ++i) EXPECT(g1[i] == (float)(2 * mean_rank - i));
+    hiercoll_bucketer_free(bucketer);
+  }
+
   /* Bad calls: a code, a message, and a communicator that still works. */
   EXPECT(hiercoll_allreduce(comm, NULL, out, 4, HIERCOLL_FLOAT64, HIERCOLL_SUM, NULL) == HIERCOLL_ERROR_INVALID_USAGE);
   EXPECT(strstr(hiercoll_last_error(), "input buffer is null") != NULL);

@@ -180,3 +180,10 @@ TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][so
   CHECK(count_segments() <= before);
   std::printf("%s", result.ranks[0].output.c_str());
 }
+
+TEST_CASE("gradient bucketing equals unbucketed allreduce, overlaps, and rebuilds by ready order", "[mp][bucketer]") {
+  int ranks = GENERATE(1, 2, 3);
+  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"bucketer"}, loopback());
+  INFO(result.report());
+  CHECK(result.all_ok());
+}

@@ -3,6 +3,7 @@
 // the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
 #include <dirent.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -431,6 +432,120 @@ void run_soak(Communicator& comm) {
   }
 }
 
+// Gradient bucketing: results equal an unbucketed allreduce and the serial reference, buckets respect the
+// caps and types, the first bucket is launched before the last gradient is ready, and after the first
+// iteration buckets follow rank 0's ready order even when ranks mark gradients ready in different orders.
+void run_bucketer(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const std::vector<std::pair<size_t, DataType>> shapes = {
+      {1000, DataType::kFloat32},   {70000, DataType::kFloat32}, {3, DataType::kFloat64},
+      {20000, DataType::kBFloat16}, {5000, DataType::kFloat32},  {300000, DataType::kFloat32},
+      {1, DataType::kFloat32},      {40000, DataType::kFloat64}, {12345, DataType::kBFloat16},
+      {8, DataType::kFloat32},      {65536, DataType::kFloat32}, {0, DataType::kFloat32}};
+  std::vector<Buffer> storage;
+  std::vector<GradientSpec> specs;
+  for (const auto& [count, type] : shapes) {
+    storage.emplace_back(count * dtype_size(type));
+    specs.push_back({storage.back().data(), count, type});
+  }
+  BucketerOptions options;
+  options.first_bucket_bytes = 64 << 10;
+  options.bucket_cap_bytes = 256 << 10;
+  GradientBucketer bucketer(comm, specs, options);
+
+  auto check_layout = [&](const char* when) {
+    std::vector<int> seen(specs.size(), 0);
+    const auto& buckets = bucketer.buckets();
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      size_t bytes = 0;
+      for (size_t g : buckets[b]) {
+        ++seen[g];
+        bytes += specs[g].count * dtype_size(specs[g].type);
+        if (specs[g].type != specs[buckets[b].front()].type) {
+          std::printf("FAIL %s: bucket %zu mixes types\n", when, b);
+          ++g_failures;
+        }
+      }
+      size_t cap = b == 0 ? options.first_bucket_bytes : options.bucket_cap_bytes;
+      if (buckets[b].size() > 1 && bytes > cap) {
+        std::printf("FAIL %s: bucket %zu holds %zu bytes over its cap %zu\n", when, b, bytes, cap);
+        ++g_failures;
+      }
+    }
+    for (size_t g = 0; g < specs.size(); ++g) {
+      if (seen[g] != 1) {
+        std::printf("FAIL %s: gradient %zu is in %d buckets\n", when, g, seen[g]);
+        ++g_failures;
+      }
+    }
+  };
+  check_layout("initial");
+  // Registration order reversed: the last gradients come first.
+  if (bucketer.buckets().front().front() != specs.size() - 1) {
+    std::printf("FAIL: the first bucket does not start with the last registered gradient\n");
+    ++g_failures;
+  }
+
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    uint32_t seed = 1000 + static_cast<uint32_t>(iteration);
+    size_t offset = 0;
+    std::vector<Buffer> unbucketed;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      for (size_t i = 0; i < specs[g].count; ++i) {
+        put(specs[g].type, specs[g].data, i, input_value(r, offset + i, specs[g].type, ReduceOp::kAvg, seed));
+      }
+      unbucketed.emplace_back(specs[g].count * dtype_size(specs[g].type));
+      comm.allreduce(specs[g].data, unbucketed.back().data(), specs[g].count, specs[g].type, ReduceOp::kAvg).wait();
+      offset += specs[g].count;
+    }
+    // Iterations 0 and 1: every rank marks gradients ready in one shuffled order P (after iteration 0 the
+    // buckets follow P); iteration 2: every rank in its own order.
+    std::vector<size_t> order(specs.size());
+    for (size_t g = 0; g < order.size(); ++g) order[g] = specs.size() - 1 - g;
+    std::mt19937 shuffle(iteration < 2 ? 7u : 7u + static_cast<unsigned>(r) * 31u);
+    std::shuffle(order.begin(), order.end(), shuffle);
+    for (size_t g : order) bucketer.mark_ready(g);
+    bucketer.finish();
+
+    offset = 0;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      std::string what = "bucketed gradient " + std::to_string(g) + " iteration " + std::to_string(iteration);
+      for (size_t i = 0; i < specs[g].count; ++i) {
+        expect_equal(what, specs[g].type, ReduceOp::kAvg, specs[g].data, i,
+                     hiercoll::test::reference_value(n, offset + i, specs[g].type, ReduceOp::kAvg, seed));
+        expect_equal(what + " vs unbucketed", specs[g].type, ReduceOp::kSum, specs[g].data, i,
+                     get(specs[g].type, unbucketed[g].data(), i));
+      }
+      offset += specs[g].count;
+    }
+    // Overlap, once buckets follow the ready order: the first bucket was launched before the last gradient
+    // was marked ready.
+    const auto& events = bucketer.events();
+    auto first_launch = std::find_if(events.begin(), events.end(), [](const auto& e) {
+      return e.kind == GradientBucketer::Event::kLaunch && e.index == 0;
+    });
+    auto last_ready = std::find_if(events.rbegin(), events.rend(),
+                                   [](const auto& e) { return e.kind == GradientBucketer::Event::kReady; });
+    if (iteration == 1 &&
+        (first_launch == events.end() || last_ready == events.rend() || !(first_launch->time < last_ready->time))) {
+      std::printf("FAIL iteration %d: the first bucket did not start before the last gradient was ready\n", iteration);
+      ++g_failures;
+    }
+    if (iteration == 0) {
+      check_layout("rebuilt");
+      std::vector<size_t> rank0_order(specs.size());
+      for (size_t g = 0; g < specs.size(); ++g) rank0_order[g] = specs.size() - 1 - g;
+      std::mt19937 rank0(7u);
+      std::shuffle(rank0_order.begin(), rank0_order.end(), rank0);
+      if (bucketer.buckets().front().front() != rank0_order.front()) {
+        std::printf("FAIL: rebuilt buckets do not start with rank 0's first ready gradient\n");
+        ++g_failures;
+      }
+    }
+  }
+  std::printf("bucketer: %zu buckets after rebuild\n", bucketer.buckets().size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -445,6 +560,7 @@ int main(int argc, char** argv) {
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);
     else if (scenario == "soak") run_soak(comm);
+    else if (scenario == "bucketer") run_bucketer(comm);
     else if (scenario == "layout") run_layout(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else {
