@@ -62,8 +62,7 @@ void ring_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out,
   auto bytes_at = [&](int segment, size_t element) { return (segments.offset[segment] + element) * elem; };
   auto post_recv = [&](size_t unit) {
     int s = static_cast<int>(unit / chunks);
-    auto [begin, len] = chunk_range(segments.count[mod(r - s - 2, n)], chunk, unit % chunks);
-    (void)begin;
+    size_t len = chunk_range(segments.count[mod(r - s - 2, n)], chunk, unit % chunks).second;
     return ch.recv(left, static_cast<uint32_t>(unit), slot_memory + (unit % slots) * chunk * elem, len * elem);
   };
   auto post_send = [&](size_t unit, const uint8_t* base) {
