@@ -26,6 +26,8 @@ class HIERCOLL_API Work {
   /// Blocks until the operation finishes and rethrows its error, if any.
   /// Throws TimeoutError if it has not finished after `timeout` (the operation itself goes on).
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  /// Waits up to `timeout` for the operation to finish; true if it did (successfully or not). Never throws.
+  bool wait_for(std::chrono::microseconds timeout) const;
   /// The error the operation ended with, or null. Only meaningful once is_completed().
   std::exception_ptr error() const;
 

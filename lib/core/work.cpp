@@ -22,6 +22,12 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (state_->failure) core::throw_failure(*state_->failure);
 }
 
+bool Work::wait_for(std::chrono::microseconds timeout) const {
+  if (!state_) return true;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  return state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; });
+}
+
 std::exception_ptr Work::error() const {
   if (!state_) return nullptr;
   std::lock_guard<std::mutex> lock(state_->mutex);

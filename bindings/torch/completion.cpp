@@ -1,0 +1,144 @@
+#include "completion.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll_torch {
+
+WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void WorkHiercoll::complete(std::exception_ptr error) {
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+std::exception_ptr as_torch_error(std::exception_ptr error, const char* what) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const hiercoll::Error& e) {
+    try {
+      TORCH_CHECK(false, "hiercoll ", what, " failed (", hiercoll::to_string(e.code()), "): ", e.what());
+    } catch (...) {
+      return std::current_exception();
+    }
+  } catch (...) {
+    return std::current_exception();
+  }
+  return error;
+}
+
+namespace {
+std::mutex registry_mutex;
+std::vector<CompletionThread*>& registry() {
+  static auto* threads = new std::vector<CompletionThread*>();  // never destroyed: used during exit
+  return *threads;
+}
+}  // namespace
+
+CompletionThread::CompletionThread() : thread_([this] { run(); }) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().push_back(this);
+}
+
+void CompletionThread::quiesce() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  quiesced_ = true;
+  idle_.wait(lock, [&] { return !settling_; });
+}
+
+void CompletionThread::quiesce_all() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto* thread : registry()) thread->quiesce();
+}
+
+CompletionThread::~CompletionThread() {
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto& threads = registry();
+    threads.erase(std::remove(threads.begin(), threads.end(), this), threads.end());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void CompletionThread::add(Pending pending) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(std::move(pending));
+  }
+  wake_.notify_all();
+}
+
+void CompletionThread::settle(Pending& pending) {
+  std::exception_ptr error;
+  try {
+    for (auto& work : pending.works) work.wait();
+    if (pending.finish) pending.finish();
+  } catch (...) {
+    error = as_torch_error(std::current_exception(), c10d::opTypeToString(pending.handle->retrieveOpType()).c_str());
+  }
+  pending.handle->complete(error);
+}
+
+void CompletionThread::run() {
+  auto all_done = [](const Pending& p) {
+    for (const auto& work : p.works) {
+      if (!work.is_completed()) return false;
+    }
+    return true;
+  };
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty() || quiesced_) return;  // stopping with nothing left to drain, or the process is exiting
+
+    // Settle every finished call, outside the lock so callers can keep adding.
+    std::vector<Pending> finished;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (all_done(*it)) {
+        finished.push_back(std::move(*it));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!finished.empty()) {
+      settling_ = true;
+      lock.unlock();
+      for (auto& p : finished) settle(p);
+      finished.clear();  // the last references to futures and their callbacks go here, still "settling"
+      lock.lock();
+      settling_ = false;
+      idle_.notify_all();
+      continue;
+    }
+    // Nothing finished: sleep on the oldest call's first unfinished operation, briefly, so a later call
+    // that finishes first (a collective behind a waiting recv) is still noticed.
+    hiercoll::Work oldest;
+    for (const auto& work : pending_.front().works) {
+      if (!work.is_completed()) {
+        oldest = work;
+        break;
+      }
+    }
+    lock.unlock();
+    oldest.wait_for(std::chrono::microseconds(500));
+    lock.lock();
+  }
+}
+
+}  // namespace hiercoll_torch

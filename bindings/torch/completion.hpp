@@ -1,0 +1,69 @@
+#pragma once
+#include <ATen/core/ivalue.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "compat.hpp"
+#include "hiercoll/communicator.hpp"
+
+namespace hiercoll_torch {
+
+/// The c10d Work of one call: completes, together with its future (what DDP comm hooks wait on), once
+/// every hiercoll operation behind the call finished and the results are in the caller's tensors.
+class WorkHiercoll : public c10d::Work {
+ public:
+  WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  /// Called once, by the completion thread. `error` is null on success.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// One thread per process group that turns finished hiercoll operations into completed c10d Works.
+/// hiercoll's Work has no callbacks, and a collective must not be held up behind an earlier recv that is
+/// still waiting for its sender, so the thread watches every pending call rather than the oldest only.
+class CompletionThread {
+ public:
+  struct Pending {
+    std::vector<hiercoll::Work> works;
+    c10::intrusive_ptr<WorkHiercoll> handle;
+    std::function<void()> finish;  ///< copies results out of staging buffers; runs only if every work succeeded
+  };
+
+  CompletionThread();
+  /// Waits for every pending call (each bounded by the communicator's timeout).
+  ~CompletionThread();
+  void add(Pending pending);
+
+  /// At interpreter exit: waits until no call is being settled and settles none after. Completing a
+  /// future runs (and releases) Python callbacks, which needs the GIL; doing that while Python finalizes
+  /// kills the thread mid-destructor. Called for every live CompletionThread by quiesce_all().
+  void quiesce();
+  static void quiesce_all();
+
+ private:
+  void run();
+  static void settle(Pending& pending);
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;
+  bool stopping_ = false;
+  bool settling_ = false;   // inside settle(), outside the lock
+  bool quiesced_ = false;   // exit has begun: settle nothing more
+  std::condition_variable idle_;
+  std::thread thread_;
+};
+
+/// A hiercoll::Error becomes the c10::Error that torch's Python layer raises as RuntimeError; others pass.
+std::exception_ptr as_torch_error(std::exception_ptr error, const char* what);
+
+}  // namespace hiercoll_torch

@@ -1,0 +1,33 @@
+// The Python extension hiercoll_torch._C: the creator torch.distributed calls for backend "hiercoll".
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "hiercoll/version.hpp"
+#include "process_group.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hiercoll's torch.distributed backend";
+  m.def(
+      "create_backend",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::duration<float> timeout) {
+        return hiercoll_torch::create_backend(store, rank, size,
+                                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      // Joining blocks on the store and on peers: let other Python threads run meanwhile.
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "allreduce_algorithm",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {
+        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
+        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        return ours->communicator().allreduce_algorithm(bytes);
+      },
+      "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd or hier).");
+  m.def("_quiesce", &hiercoll_torch::CompletionThread::quiesce_all,
+        "Called at interpreter exit: stop running future callbacks from hiercoll's threads.",
+        py::call_guard<py::gil_scoped_release>());
+  m.attr("__version__") = hiercoll::version();
+}

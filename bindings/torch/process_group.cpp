@@ -1,0 +1,447 @@
+#include "process_group.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <numeric>
+
+#include "hiercoll/errors.hpp"
+#include "torch_store.hpp"
+
+namespace hiercoll_torch {
+
+namespace {
+
+// User tags are ints >= 0; tags with the top bit set belong to collectives built from send/recv.
+constexpr uint32_t kCollectiveTag = 0x80000000u;
+
+hiercoll::DataType data_type(const at::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return hiercoll::DataType::kFloat32;
+    case at::kDouble: return hiercoll::DataType::kFloat64;
+    case at::kHalf: return hiercoll::DataType::kFloat16;
+    case at::kBFloat16: return hiercoll::DataType::kBFloat16;
+    case at::kChar: return hiercoll::DataType::kInt8;
+    case at::kByte: return hiercoll::DataType::kUInt8;
+    case at::kBool: return hiercoll::DataType::kUInt8;
+    case at::kInt: return hiercoll::DataType::kInt32;
+    case at::kLong: return hiercoll::DataType::kInt64;
+    default:
+      TORCH_CHECK(false, "hiercoll ", op, ": tensors of type ", t.scalar_type(),
+                  " are not supported (float, double, half, bfloat16, int8, uint8, bool, int32, int64 are)");
+  }
+}
+
+// bool tensors reduce as bytes: SUM and MAX are "or", PRODUCT and MIN are "and" (as ProcessGroupNCCL does).
+hiercoll::ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const char* name) {
+  const bool boolean = t.scalar_type() == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return boolean ? hiercoll::ReduceOp::kMax : hiercoll::ReduceOp::kSum;
+    case c10d::ReduceOp::PRODUCT: return boolean ? hiercoll::ReduceOp::kMin : hiercoll::ReduceOp::kProd;
+    case c10d::ReduceOp::MIN: return hiercoll::ReduceOp::kMin;
+    case c10d::ReduceOp::MAX: return hiercoll::ReduceOp::kMax;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(!boolean, "hiercoll ", name, ": AVG is not defined on bool tensors");
+      return hiercoll::ReduceOp::kAvg;
+    default:
+      TORCH_CHECK(false, "hiercoll ", name, ": reduce op ", static_cast<int>(op.op_),
+                  " is not supported (SUM, PRODUCT, MIN, MAX, AVG are)");
+  }
+}
+
+void check_tensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "hiercoll ", op, ": undefined tensor");
+  TORCH_CHECK(t.layout() == at::kStrided, "hiercoll ", op, ": only dense tensors are supported, got ", t.layout());
+  TORCH_CHECK(t.is_contiguous(), "hiercoll ", op, ": tensors must be contiguous");
+  TORCH_CHECK(t.is_cpu() || t.is_cuda(), "hiercoll ", op, ": tensors must be on CPU or CUDA, got ", t.device());
+}
+
+at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "hiercoll ", op, ": expects exactly one tensor per process, got ", tensors.size());
+  check_tensor(tensors[0], op);
+  return tensors[0];
+}
+
+void check_same_kind(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "hiercoll ", op, ": mismatched tensor types ", a.scalar_type(),
+              " and ", b.scalar_type());
+  TORCH_CHECK(a.device() == b.device(), "hiercoll ", op, ": tensors on different devices ", a.device(), " and ",
+              b.device());
+}
+
+void check_rank(int rank, int size, const char* what, const char* op) {
+  TORCH_CHECK(rank >= 0 && rank < size, "hiercoll ", op, ": ", what, " ", rank, " is outside the group of ", size);
+}
+
+// The memory hiercoll reads and writes: the tensor itself on CPU, a host copy of a CUDA tensor.
+at::Tensor host(const at::Tensor& t) { return t.is_cpu() ? t : t.to(at::kCPU); }
+void write_back(const at::Tensor& t, const at::Tensor& h) {
+  if (!t.is_cpu()) t.copy_(h);
+}
+
+// hiercoll's usage errors, raised while a call is issued, reach Python as RuntimeError with the call named.
+template <class F>
+auto issue(const char* op, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const hiercoll::Error& e) {
+    TORCH_CHECK(false, "hiercoll ", op, " (", hiercoll::to_string(e.code()), "): ", e.what());
+  }
+}
+
+}  // namespace
+
+ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size,
+                                           std::chrono::milliseconds timeout)
+    : compat::BackendBase(rank, size), comm_([&] {
+        hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
+        if (!std::getenv("HIERCOLL_TIMEOUT_MS")) options.timeout = timeout;
+        return hiercoll::Communicator::create(std::move(store), rank, size, options);
+      }()) {}
+
+ProcessGroupHiercoll::~ProcessGroupHiercoll() = default;
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, std::vector<hiercoll::Work> works,
+                                                            std::vector<at::Tensor> outputs,
+                                                            std::function<void()> finish) {
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, std::move(outputs));
+  completion_.add({std::move(works), handle, std::move(finish)});
+  return handle;
+}
+
+std::vector<hiercoll::Work> ProcessGroupHiercoll::exchange(const std::vector<at::Tensor>& to_peer,
+                                                           const std::vector<at::Tensor>& from_peer) {
+  std::vector<hiercoll::Work> works;
+  for (int peer = 0; peer < size_; ++peer) {
+    const at::Tensor& out = to_peer[peer];
+    const at::Tensor& in = from_peer[peer];
+    if (peer == rank_) {
+      if (in.defined() && out.defined() && in.numel() > 0) in.copy_(out);
+      continue;
+    }
+    if (in.defined() && in.numel() > 0) {
+      works.push_back(comm_.recv(in.data_ptr(), in.numel(), data_type(in, "exchange"), peer, kCollectiveTag));
+    }
+    if (out.defined() && out.numel() > 0) {
+      works.push_back(comm_.send(out.data_ptr(), out.numel(), data_type(out, "exchange"), peer, kCollectiveTag));
+    }
+  }
+  return works;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::Tensor>& tensors,
+                                                               const c10d::BroadcastOptions& opts) {
+  return issue("broadcast", [&] {
+    at::Tensor t = single(tensors, "broadcast");
+    check_rank(opts.rootRank, size_, "root", "broadcast");
+    at::Tensor h = host(t);
+    auto work = comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank);
+    return submit(c10d::OpType::BROADCAST, {work}, tensors, [t, h] { write_back(t, h); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceOptions& opts) {
+  return issue("allreduce", [&] {
+    at::Tensor t = single(tensors, "allreduce");
+    at::Tensor h = host(t);
+    auto work = comm_.allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
+                                reduce_op(opts.reduceOp, t, "allreduce"));
+    return submit(c10d::OpType::ALLREDUCE, {work}, tensors, [t, h] { write_back(t, h); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return issue("allreduce_coalesced", [&] {
+    TORCH_CHECK(!tensors.empty(), "hiercoll allreduce_coalesced: no tensors");
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) {
+      check_tensor(t, "allreduce_coalesced");
+      check_same_kind(t, tensors[0], "allreduce_coalesced");
+      flat.push_back(host(t).reshape({-1}));
+    }
+    at::Tensor fused = at::cat(flat);
+    auto work = comm_.allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(),
+                                data_type(tensors[0], "allreduce_coalesced"),
+                                reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
+    return submit(c10d::OpType::ALLREDUCE_COALESCED, {work}, tensors, [tensors, fused] {
+      int64_t offset = 0;
+      for (const auto& t : tensors) {
+        t.copy_(fused.narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::ReduceOptions& opts) {
+  return issue("reduce", [&] {
+    at::Tensor t = single(tensors, "reduce");
+    check_rank(opts.rootRank, size_, "root", "reduce");
+    at::Tensor h = host(t);
+    auto work = comm_.reduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
+                             reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank);
+    const bool root = opts.rootRank == rank_;
+    return submit(c10d::OpType::REDUCE, {work}, tensors, [t, h, root] {
+      if (root) write_back(t, h);
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const c10d::AllgatherOptions&) {
+  return issue("allgather", [&] {
+    at::Tensor in = single(inputs, "allgather");
+    TORCH_CHECK(outputs.size() == 1, "hiercoll allgather: expects one output list per process, got ", outputs.size());
+    auto& outs = outputs[0];
+    TORCH_CHECK(static_cast<int>(outs.size()) == size_, "hiercoll allgather: the output list has ", outs.size(),
+                " tensors, the group has ", size_, " ranks");
+    for (const auto& o : outs) {
+      check_same_kind(o, in, "allgather");
+      TORCH_CHECK(o.numel() == in.numel(), "hiercoll allgather: output tensors must have the input's ", in.numel(),
+                  " elements, one has ", o.numel());
+    }
+    at::Tensor h = host(in);
+    at::Tensor gathered = at::empty({size_ * in.numel()}, h.options());
+    auto work = comm_.allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
+    return submit(c10d::OpType::ALLGATHER, {work}, outs, [outs, gathered, n = in.numel()] {
+      for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(gathered.narrow(0, i * n, n).view_as(outs[i]));
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::AllgatherOptions&) {
+  return issue("_allgather_base", [&] {
+    check_tensor(input, "all_gather_into_tensor");
+    check_tensor(output, "all_gather_into_tensor");
+    check_same_kind(input, output, "all_gather_into_tensor");
+    TORCH_CHECK(output.numel() == size_ * input.numel(), "hiercoll all_gather_into_tensor: output has ",
+                output.numel(), " elements, expected world size x input = ", size_ * input.numel());
+    at::Tensor hin = host(input);
+    at::Tensor hout = host(output);
+    auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"));
+    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, [output, hout] { write_back(output, hout); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::GatherOptions& opts) {
+  return issue("gather", [&] {
+    at::Tensor in = host(single(inputs, "gather"));
+    check_rank(opts.rootRank, size_, "root", "gather");
+    std::vector<at::Tensor> to_peer(size_), from_peer(size_), outs;
+    if (rank_ == opts.rootRank) {
+      TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                  "hiercoll gather: the root needs one output list of ", size_, " tensors");
+      outs = outputs[0];
+      for (int peer = 0; peer < size_; ++peer) {
+        check_tensor(outs[peer], "gather");
+        check_same_kind(outs[peer], inputs[0], "gather");
+        TORCH_CHECK(outs[peer].numel() == in.numel(), "hiercoll gather: output tensors must have the input's ",
+                    in.numel(), " elements");
+        from_peer[peer] = host(outs[peer]);
+      }
+      to_peer[rank_] = in;
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "hiercoll gather: only the root passes output tensors");
+      to_peer[opts.rootRank] = in;
+    }
+    auto works = exchange(to_peer, from_peer);
+    return submit(c10d::OpType::GATHER, std::move(works), outs, [outs, from_peer] {
+      for (size_t i = 0; i < outs.size(); ++i) write_back(outs[i], from_peer[i]);
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Tensor>& outputs,
+                                                             std::vector<std::vector<at::Tensor>>& inputs,
+                                                             const c10d::ScatterOptions& opts) {
+  return issue("scatter", [&] {
+    at::Tensor out = single(outputs, "scatter");
+    check_rank(opts.rootRank, size_, "root", "scatter");
+    at::Tensor hout = host(out);
+    std::vector<at::Tensor> to_peer(size_), from_peer(size_);
+    if (rank_ == opts.rootRank) {
+      TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                  "hiercoll scatter: the root needs one input list of ", size_, " tensors");
+      for (int peer = 0; peer < size_; ++peer) {
+        check_tensor(inputs[0][peer], "scatter");
+        check_same_kind(inputs[0][peer], out, "scatter");
+        TORCH_CHECK(inputs[0][peer].numel() == out.numel(), "hiercoll scatter: input tensors must have the output's ",
+                    out.numel(), " elements");
+        to_peer[peer] = host(inputs[0][peer]);
+      }
+    } else {
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                  "hiercoll scatter: only the root passes input tensors");
+    }
+    from_peer[opts.rootRank] = hout;
+    auto works = exchange(to_peer, from_peer);
+    return submit(c10d::OpType::SCATTER, std::move(works), outputs, [out, hout] { write_back(out, hout); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                                                    const c10d::ReduceScatterOptions& opts) {
+  return issue("reduce_scatter", [&] {
+    at::Tensor out = single(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                "hiercoll reduce_scatter: expects one input list of ", size_, " tensors");
+    std::vector<at::Tensor> flat;
+    for (const auto& in : inputs[0]) {
+      check_tensor(in, "reduce_scatter");
+      check_same_kind(in, out, "reduce_scatter");
+      TORCH_CHECK(in.numel() == out.numel(), "hiercoll reduce_scatter: input tensors must have the output's ",
+                  out.numel(), " elements, one has ", in.numel());
+      flat.push_back(host(in).reshape({-1}));
+    }
+    at::Tensor fused = at::cat(flat);
+    at::Tensor hout = host(out);
+    auto work = comm_.reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
+                                     reduce_op(opts.reduceOp, out, "reduce_scatter"));
+    return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, [out, hout, fused] { write_back(out, hout); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                          const c10d::ReduceScatterOptions& opts) {
+  return issue("_reduce_scatter_base", [&] {
+    check_tensor(input, "reduce_scatter_tensor");
+    check_tensor(output, "reduce_scatter_tensor");
+    check_same_kind(input, output, "reduce_scatter_tensor");
+    TORCH_CHECK(input.numel() == size_ * output.numel(), "hiercoll reduce_scatter_tensor: input has ", input.numel(),
+                " elements, expected world size x output = ", size_ * output.numel());
+    at::Tensor hin = host(input);
+    at::Tensor hout = host(output);
+    auto work = comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(),
+                                     data_type(output, "reduce_scatter"),
+                                     reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"));
+    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output},
+                  [output, hout, hin] { write_back(output, hout); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                   std::vector<int64_t>& output_split_sizes,
+                                                                   std::vector<int64_t>& input_split_sizes,
+                                                                   const c10d::AllToAllOptions&) {
+  return issue("alltoall_base", [&] {
+    check_tensor(input, "all_to_all_single");
+    check_tensor(output, "all_to_all_single");
+    check_same_kind(input, output, "all_to_all_single");
+    TORCH_CHECK(input.data_ptr() != output.data_ptr() || input.numel() == 0,
+                "hiercoll all_to_all_single: input and output must be different tensors");
+    at::Tensor hin = host(input);
+    at::Tensor hout = host(output);
+    auto finish = [output, hout, hin] { write_back(output, hout); };
+
+    if (input_split_sizes.empty() && output_split_sizes.empty()) {
+      TORCH_CHECK(input.numel() % size_ == 0, "hiercoll all_to_all_single: ", input.numel(),
+                  " elements do not split evenly over ", size_, " ranks");
+      TORCH_CHECK(output.numel() == input.numel(), "hiercoll all_to_all_single: output has ", output.numel(),
+                  " elements, input ", input.numel());
+      auto work = comm_.alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_,
+                                 data_type(input, "alltoall"));
+      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, finish);
+    }
+
+    // Uneven splits, along the first dimension, as torch.distributed.all_to_all_single defines them.
+    auto splits = [&](std::vector<int64_t> sizes, const at::Tensor& t, const char* which) {
+      const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+      if (sizes.empty()) {
+        TORCH_CHECK(rows % size_ == 0, "hiercoll all_to_all_single: ", which, " has ", rows,
+                    " rows, which do not split evenly over ", size_, " ranks");
+        sizes.assign(size_, rows / size_);
+      }
+      TORCH_CHECK(static_cast<int>(sizes.size()) == size_, "hiercoll all_to_all_single: ", which, " split sizes have ",
+                  sizes.size(), " entries, the group has ", size_, " ranks");
+      TORCH_CHECK(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == rows, "hiercoll all_to_all_single: ",
+                  which, " split sizes do not add up to its ", rows, " rows");
+      std::vector<at::Tensor> parts;
+      const int64_t row_elements = rows == 0 ? 0 : t.numel() / rows;
+      int64_t offset = 0;
+      for (int64_t rows_for_peer : sizes) {
+        parts.push_back(t.reshape({-1}).narrow(0, offset * row_elements, rows_for_peer * row_elements));
+        offset += rows_for_peer;
+      }
+      return parts;
+    };
+    auto works = exchange(splits(input_split_sizes, hin, "input"), splits(output_split_sizes, hout, "output"));
+    return submit(c10d::OpType::ALLTOALL_BASE, std::move(works), {output}, finish);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllToAllOptions&) {
+  return issue("alltoall", [&] {
+    TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+                "hiercoll all_to_all: expects ", size_, " input and output tensors, got ", inputs.size(), " and ",
+                outputs.size());
+    std::vector<at::Tensor> to_peer, from_peer;
+    for (int peer = 0; peer < size_; ++peer) {
+      check_tensor(inputs[peer], "all_to_all");
+      check_tensor(outputs[peer], "all_to_all");
+      check_same_kind(inputs[peer], outputs[0], "all_to_all");
+      check_same_kind(outputs[peer], outputs[0], "all_to_all");
+      to_peer.push_back(host(inputs[peer]));
+      from_peer.push_back(host(outputs[peer]));
+    }
+    TORCH_CHECK(outputs[rank_].numel() == inputs[rank_].numel(),
+                "hiercoll all_to_all: this rank's own input and output differ in size");
+    auto works = exchange(to_peer, from_peer);
+    return submit(c10d::OpType::ALLTOALL, std::move(works), outputs, [outputs, from_peer, to_peer] {
+      for (size_t i = 0; i < outputs.size(); ++i) write_back(outputs[i], from_peer[i]);
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::barrier(const c10d::BarrierOptions&) {
+  return issue("barrier", [&] { return submit(c10d::OpType::BARRIER, {comm_.barrier()}, {}); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  return issue("send", [&] {
+    at::Tensor t = single(tensors, "send");
+    check_rank(dst_rank, size_, "destination rank", "send");
+    TORCH_CHECK(tag >= 0, "hiercoll send: tags must be >= 0, got ", tag);
+    at::Tensor h = host(t);
+    auto work = comm_.send(h.data_ptr(), h.numel(), data_type(t, "send"), dst_rank, static_cast<uint32_t>(tag));
+    return submit(c10d::OpType::SEND, {work}, tensors, [h] {});
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  return issue("recv", [&] {
+    at::Tensor t = single(tensors, "recv");
+    check_rank(src_rank, size_, "source rank", "recv");
+    TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
+    at::Tensor h = host(t);
+    auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), src_rank, static_cast<uint32_t>(tag));
+    return submit(c10d::OpType::RECV, {work}, tensors, [t, h] { write_back(t, h); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false, "hiercoll recv: receiving from any source is not supported; pass src=");
+}
+
+c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                       int size, std::chrono::milliseconds timeout) {
+  return issue("init_process_group", [&] {
+    TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
+                " is outside a group of ", size);
+    c10::intrusive_ptr<compat::BackendBase> group =
+        c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store), rank, size, timeout);
+    return group;
+  });
+}
+
+}  // namespace hiercoll_torch

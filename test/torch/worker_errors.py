@@ -1,0 +1,59 @@
+"""Bad input gives a Python RuntimeError naming the problem, on every rank alike, and the group stays usable."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import hiercoll_torch  # noqa: F401
+
+dist.init_process_group(backend="hiercoll")
+rank, size = dist.get_rank(), dist.get_world_size()
+problems = []
+
+
+def expect_error(what, fn, *fragments):
+    try:
+        fn()
+    except RuntimeError as e:
+        message = str(e)
+        missing = [f for f in fragments if f not in message]
+        if missing:
+            problems.append(f"{what}: message {message!r} lacks {missing}")
+        return
+    problems.append(f"{what}: no error raised")
+
+
+expect_error("non-contiguous", lambda: dist.all_reduce(torch.ones(4, 6).t()), "contiguous")
+expect_error("int16 dtype", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)), "Short", "not supported")
+expect_error("all_gather count",
+             lambda: dist.all_gather([torch.empty(3) for _ in range(size + 1)], torch.ones(3)), "output list")
+expect_error("all_gather size", lambda: dist.all_gather([torch.empty(4) for _ in range(size)], torch.ones(3)),
+             "elements")
+expect_error("all_gather dtype",
+             lambda: dist.all_gather([torch.empty(3, dtype=torch.int32) for _ in range(size)], torch.ones(3)),
+             "dtype")
+expect_error("reduce_scatter size",
+             lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(3) for _ in range(size)]), "elements")
+gather_into = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
+expect_error("all_gather_into_tensor size", lambda: gather_into(torch.empty(size * 3 + 1), torch.ones(3)),
+             "world size")
+expect_error("all_to_all_single splits",
+             lambda: dist.all_to_all_single(torch.empty(size, 2), torch.ones(size, 2), [1] * size, [2] * size),
+             "split sizes")
+expect_error("bitwise op", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
+             "not supported")
+expect_error("avg on ints", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG), "avg", "int32")
+expect_error("recv from anyone", lambda: dist.recv(torch.empty(3)), "any source")
+
+# Still usable: a real collective after all of that.
+t = torch.full((5,), float(rank + 1))
+dist.all_reduce(t)
+if not torch.equal(t, torch.full((5,), float(size * (size + 1) // 2))):
+    problems.append(f"allreduce after errors gave {t.tolist()}")
+
+print(f"rank {rank}: {len(problems)} problems", flush=True)
+if problems:
+    print("\n".join(problems), file=sys.stderr)
+    sys.exit(1)
+dist.destroy_process_group()
