@@ -100,4 +100,17 @@ class HIERCOLL_API PrefixStore : public Store {
 HIERCOLL_API std::shared_ptr<Store> open_store(const std::string& url, int rank,
                                                std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
+/// Where this process stands in a job, read from whatever launched it.
+struct Rendezvous {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<Store> store;  ///< shared by every rank of the job
+};
+
+/// Rank and size from HIERCOLL_RANK/HIERCOLL_WORLD_SIZE, torchrun's RANK/WORLD_SIZE or Open MPI's
+/// OMPI_COMM_WORLD_RANK/SIZE; the store from HIERCOLL_STORE (tcp://host:port or file:///dir), else
+/// MASTER_ADDR/MASTER_PORT, else (under mpirun) a file store in /tmp named after the MPI job.
+/// Throws InvalidUsageError naming what is missing.
+HIERCOLL_API Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
 }  // namespace hiercoll

@@ -19,7 +19,7 @@ int first_int(std::initializer_list<const char*> names, const char* what) {
   }
   std::string tried;
   for (const char* name : names) tried += std::string(tried.empty() ? "" : ", ") + name;
-  throw InvalidUsageError(std::string("Communicator::from_env: no ") + what + " in the environment (looked at " +
+  throw InvalidUsageError(std::string("rendezvous_from_env: no ") + what + " in the environment (looked at " +
                           tried + ")");
 }
 
@@ -36,27 +36,32 @@ std::string store_url() {
     }
   }
   throw InvalidUsageError(
-      "Communicator::from_env: no rendezvous; set HIERCOLL_STORE=tcp://host:port (or file:///dir), or "
+      "rendezvous_from_env: no rendezvous; set HIERCOLL_STORE=tcp://host:port (or file:///dir), or "
       "MASTER_ADDR and MASTER_PORT");
 }
 
 }  // namespace
 
-Communicator Communicator::from_env(CommOptions options) {
+Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, "rank");
   int size = first_int({"HIERCOLL_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, "world size");
   if (size < 1 || rank < 0 || rank >= size) {
-    throw InvalidUsageError("Communicator::from_env: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
+    throw InvalidUsageError("rendezvous_from_env: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
                             " is not a valid pair");
   }
   std::string url = store_url();
   std::shared_ptr<Store> store;
   if (url.rfind(kJobStorePrefix, 0) == 0) {
-    store = std::make_shared<FileStore>(url.substr(7), options.timeout, /*remove_when_done=*/rank == 0);
+    store = std::make_shared<FileStore>(url.substr(7), timeout, /*remove_when_done=*/rank == 0);
   } else {
-    store = open_store(url, rank, options.timeout);
+    store = open_store(url, rank, timeout);
   }
-  return create(std::move(store), rank, size, std::move(options));
+  return {rank, size, std::move(store)};
+}
+
+Communicator Communicator::from_env(CommOptions options) {
+  Rendezvous rendezvous = rendezvous_from_env(options.timeout);
+  return create(std::move(rendezvous.store), rendezvous.rank, rendezvous.size, std::move(options));
 }
 
 }  // namespace hiercoll
