@@ -18,7 +18,9 @@ MlmLoader::MlmLoader(const TokenisedCorpus& corpus, LoaderOptions options, int64
   for (int64_t i = options_.rank; i < corpus_.sequences(); i += options_.world_size) shard_.push_back(i);
   TORCH_CHECK(!shard_.empty(), "the corpus has ", corpus_.sequences(), " sequences, too few for ",
               options_.world_size, " ranks");
-  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
+  // Each worker's first batch is fixed here: a thread that starts late must not read next_ after the
+  // training loop has already moved it, or it would skip its batch and leave the loop waiting for it.
+  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, first = next_ + w] { work(first); });
 }
 
 MlmLoader::~MlmLoader() {
@@ -76,8 +78,8 @@ Batch MlmLoader::make(int64_t index) const {
   return {ids, torch::ones({batch, seq}, torch::kBool), labels};
 }
 
-void MlmLoader::work(int worker) {
-  for (int64_t index = next_ + worker;; index += options_.num_workers) {
+void MlmLoader::work(int64_t first) {
+  for (int64_t index = first;; index += options_.num_workers) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       changed_.wait(lock, [&] {

@@ -44,7 +44,7 @@ class MlmLoader {
   Batch make(int64_t index) const;
 
  private:
-  void work(int worker);
+  void work(int64_t first);  // makes batches first, first + num_workers, ...
 
   const TokenisedCorpus& corpus_;
   LoaderOptions options_;

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "config.hpp"
+#include "hiercoll/communicator.hpp"
 #include "corpus.hpp"
 #include "grad_sync.hpp"
 #include "loader.hpp"
@@ -52,6 +53,7 @@ const char* kUsage = R"(albert_mlm: ALBERT masked-LM pretraining with gradients 
   --log-every N              steps between log lines (default 10)
   --checkpoint-every N       steps between checkpoints (default 0: only at the end)
   --resume                   continue from OUT/checkpoint.pt if present
+  --stop-after N             leave (with a checkpoint) after step N, as a preempted job would
   --print-params             print the parameter count of --config (30k vocabulary) and exit
 )";
 
@@ -171,6 +173,7 @@ int run(int argc, char** argv) {
   const int64_t warmup = args.integer("warmup", std::max<int64_t>(1, steps / 10));
   const int64_t log_every = std::max<int64_t>(1, args.integer("log-every", 10));
   const int64_t checkpoint_every = args.integer("checkpoint-every", 0);
+  const int64_t stop_after = args.integer("stop-after", 0);
   const double peak_lr = args.real("lr", 2e-3);
   const std::string backend = args.get("backend", "hiercoll");
   const std::string amp = args.get("amp", "none");
@@ -188,7 +191,11 @@ int run(int argc, char** argv) {
     set_blas_threads(threads);
   }
 
-  hiercoll::Rendezvous rendezvous = hiercoll::rendezvous_from_env(std::chrono::minutes(10));
+  // Rank 0 may spend minutes training the tokenizer; HIERCOLL_TIMEOUT_MS, when set, bounds every wait.
+  const auto rendezvous_timeout =
+      std::getenv("HIERCOLL_TIMEOUT_MS") ? hiercoll::CommOptions::from_env().timeout : std::chrono::minutes(10);
+  hiercoll::Rendezvous rendezvous = hiercoll::rendezvous_from_env(
+      std::chrono::duration_cast<std::chrono::milliseconds>(rendezvous_timeout));
   const int rank = rendezvous.rank, size = rendezvous.size;
   fs::create_directories(out_dir);
 
@@ -328,13 +335,18 @@ int run(int argc, char** argv) {
       interval_loss = interval_correct = interval_count = 0;
       interval_start = Clock::now();
     }
-    if (rank == 0 && ((checkpoint_every > 0 && (step + 1) % checkpoint_every == 0) || step + 1 == steps)) {
+    const bool stopping = step + 1 == steps || step + 1 == stop_after;
+    if (rank == 0 && ((checkpoint_every > 0 && (step + 1) % checkpoint_every == 0) || stopping)) {
       torch::serialize::OutputArchive archive;
       model->save(archive);
       optimizer->save(archive);
       archive.write("step", torch::tensor(step + 1));
       archive.save_to((out_dir / "checkpoint.pt.tmp").string());
       fs::rename(out_dir / "checkpoint.pt.tmp", checkpoint);  // a crash never leaves half a checkpoint
+    }
+    if (step + 1 == stop_after) {
+      sync->sum({0.0});  // no rank leaves before rank 0's checkpoint is on disk
+      return 0;
     }
   }
 
