@@ -157,6 +157,9 @@ class BucketedSync : public GradSync {
 class C10dStore : public c10d::Store {
  public:
   explicit C10dStore(std::shared_ptr<hiercoll::Store> store) : store_(std::move(store)) {}
+  // Pure virtual in recent torch 2.x, absent in 1.13 (hence no `override`). hiercoll's stores are thread-safe,
+  // so a clone is another handle on the same one.
+  c10::intrusive_ptr<c10d::Store> clone() { return c10::make_intrusive<C10dStore>(store_); }
   void set(const std::string& key, const std::vector<uint8_t>& value) override { store_->set(key, value); }
   std::vector<uint8_t> get(const std::string& key) override { return store_->get(key); }
   int64_t add(const std::string& key, int64_t value) override { return store_->add(key, value); }
