@@ -1,0 +1,164 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "hiercoll/errors.hpp"
+#include "reduce/cuda/reduce_cuda.hpp"
+
+namespace hiercoll::reduce::cuda {
+
+namespace {
+
+// The type arithmetic happens in: fp32 for the 16-bit floats; unsigned for integers, so sums and
+// products wrap instead of overflowing (undefined for signed types).
+template <class T> struct Arith { using type = T; };
+template <> struct Arith<__half> { using type = float; };
+template <> struct Arith<__nv_bfloat16> { using type = float; };
+template <> struct Arith<int8_t> { using type = uint8_t; };
+template <> struct Arith<int32_t> { using type = uint32_t; };
+template <> struct Arith<int64_t> { using type = uint64_t; };
+
+template <class T> __device__ __forceinline__ typename Arith<T>::type widen(T x) {
+  return static_cast<typename Arith<T>::type>(x);
+}
+template <> __device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T> __device__ __forceinline__ T narrow(typename Arith<T>::type x) { return static_cast<T>(x); }
+template <> __device__ __forceinline__ __half narrow<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <ReduceOp Op, class T> __device__ __forceinline__ T combine(T x, T y) {
+  using A = typename Arith<T>::type;
+  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) {
+    return narrow<T>(static_cast<A>(widen(x) + widen(y)));
+  } else if constexpr (Op == ReduceOp::kProd) {
+    return narrow<T>(static_cast<A>(widen(x) * widen(y)));
+  } else if constexpr (Op == ReduceOp::kMin) {
+    // Compare in the element's own signedness (the unsigned arithmetic type would misorder negatives).
+    if constexpr (std::is_integral_v<T>) return x < y ? x : y;
+    else return narrow<T>(fminf(widen(x), widen(y)));
+  } else {
+    if constexpr (std::is_integral_v<T>) return x > y ? x : y;
+    else return narrow<T>(fmaxf(widen(x), widen(y)));
+  }
+}
+template <> __device__ __forceinline__ double combine<ReduceOp::kMin, double>(double x, double y) { return fmin(x, y); }
+template <> __device__ __forceinline__ double combine<ReduceOp::kMax, double>(double x, double y) { return fmax(x, y); }
+
+// Vectorised: each thread moves 16 bytes of each operand per iteration, the widest load a thread can issue.
+template <class T, ReduceOp Op>
+__global__ void reduce_vectorised(T* dst, const T* a, const T* b, size_t count) {
+  constexpr int kPerVector = 16 / sizeof(T);
+  const size_t vectors = count / kPerVector;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (size_t v = first; v < vectors; v += stride) {
+    uint4 va = reinterpret_cast<const uint4*>(a)[v];
+    uint4 vb = reinterpret_cast<const uint4*>(b)[v];
+    T ea[kPerVector], eb[kPerVector];
+    memcpy(ea, &va, 16);
+    memcpy(eb, &vb, 16);
+#pragma unroll
+    for (int k = 0; k < kPerVector; ++k) ea[k] = combine<Op>(ea[k], eb[k]);
+    memcpy(&va, ea, 16);
+    reinterpret_cast<uint4*>(dst)[v] = va;
+  }
+  for (size_t i = vectors * kPerVector + first; i < count; i += stride) dst[i] = combine<Op>(a[i], b[i]);
+}
+
+template <class T, ReduceOp Op>
+__global__ void reduce_elementwise(T* dst, const T* a, const T* b, size_t count) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    dst[i] = combine<Op>(a[i], b[i]);
+  }
+}
+
+template <class T>
+__global__ void divide_kernel(T* buffer, size_t count, float divisor) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    buffer[i] = narrow<T>(static_cast<typename Arith<T>::type>(widen(buffer[i]) / divisor));
+  }
+}
+template <>
+__global__ void divide_kernel<double>(double* buffer, size_t count, float divisor) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    buffer[i] /= static_cast<double>(divisor);
+  }
+}
+
+constexpr int kThreads = 512;
+
+// Enough blocks to fill the device a few times over; grid-stride loops cover the rest.
+unsigned blocks_for(size_t work_items) {
+  const size_t wanted = (work_items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 4096 ? 4096 : wanted));
+}
+
+void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+template <class T, ReduceOp Op>
+void launch(void* dst, const void* a, const void* b, size_t count, cudaStream_t stream) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  auto* d = static_cast<T*>(dst);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  if (aligned(dst) && aligned(a) && aligned(b)) {
+    reduce_vectorised<T, Op><<<blocks_for(count / (16 / sizeof(T)) + 1), kThreads, 0, stream>>>(d, x, y, count);
+  } else {
+    reduce_elementwise<T, Op><<<blocks_for(count), kThreads, 0, stream>>>(d, x, y, count);
+  }
+  check_launch("reduce kernel launch");
+}
+
+template <class T>
+void launch_op(void* dst, const void* a, const void* b, size_t count, ReduceOp op, cudaStream_t stream) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return launch<T, ReduceOp::kSum>(dst, a, b, count, stream);
+    case ReduceOp::kProd: return launch<T, ReduceOp::kProd>(dst, a, b, count, stream);
+    case ReduceOp::kMin: return launch<T, ReduceOp::kMin>(dst, a, b, count, stream);
+    case ReduceOp::kMax: return launch<T, ReduceOp::kMax>(dst, a, b, count, stream);
+  }
+  throw InvalidUsageError("reduce: unknown reduce op");
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op, cudaStream_t stream) {
+  if (count == 0) return;
+  switch (type) {
+    case DataType::kFloat32: return launch_op<float>(dst, a, b, count, op, stream);
+    case DataType::kFloat64: return launch_op<double>(dst, a, b, count, op, stream);
+    case DataType::kFloat16: return launch_op<__half>(dst, a, b, count, op, stream);
+    case DataType::kBFloat16: return launch_op<__nv_bfloat16>(dst, a, b, count, op, stream);
+    case DataType::kInt8: return launch_op<int8_t>(dst, a, b, count, op, stream);
+    case DataType::kUInt8: return launch_op<uint8_t>(dst, a, b, count, op, stream);
+    case DataType::kInt32: return launch_op<int32_t>(dst, a, b, count, op, stream);
+    case DataType::kInt64: return launch_op<int64_t>(dst, a, b, count, op, stream);
+  }
+  throw InvalidUsageError("reduce: unknown data type");
+}
+
+void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t stream) {
+  if (count == 0) return;
+  const float d = static_cast<float>(divisor);
+  switch (type) {
+    case DataType::kFloat32: divide_kernel<float><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<float*>(buffer), count, d); break;
+    case DataType::kFloat64: divide_kernel<double><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<double*>(buffer), count, d); break;
+    case DataType::kFloat16: divide_kernel<__half><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__half*>(buffer), count, d); break;
+    case DataType::kBFloat16: divide_kernel<__nv_bfloat16><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buffer), count, d); break;
+    default: throw InvalidUsageError(std::string("divide: ") + to_string(type) + " is not a floating type");
+  }
+  check_launch("divide kernel launch");
+}
+
+}  // namespace hiercoll::reduce::cuda

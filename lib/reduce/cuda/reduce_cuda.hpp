@@ -1,0 +1,19 @@
+#pragma once
+// Element-wise reductions on device memory, enqueued on a stream (no host synchronisation).
+// Same contract as the host kernels (reduce.hpp): fp16/bf16 reduce in fp32 and round once, integers wrap.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "hiercoll/types.hpp"
+
+namespace hiercoll::reduce::cuda {
+
+/// dst[i] = a[i] op b[i]; dst may be a or b exactly. 16-byte aligned buffers take the vectorised path
+/// (one 16-byte load per operand per thread and iteration), others an element-wise one.
+/// Throws CudaError if the launch fails.
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op, cudaStream_t stream);
+/// buffer[i] /= divisor (floating types only).
+void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t stream);
+
+}  // namespace hiercoll::reduce::cuda
