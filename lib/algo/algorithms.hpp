@@ -14,9 +14,12 @@ void allreduce_ring(Channel& ch, const void* in, void* out, size_t count, DataTy
 /// Recursive doubling (with folding for non-powers of two): log2(n) steps, for small messages.
 void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 struct Hierarchy;
-/// Hierarchical: intra-node reduce-scatter (shared memory), inter-node allreduce per local rank, intra-node
-/// allgather. Requires every node to have the same number of ranks.
-void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type, ReduceOp op);
+struct NodeMemory;
+/// Hierarchical: intra-node reduce-scatter (through the node's peer memory), inter-node allreduce per local
+/// rank, intra-node allgather. Requires every node to have the same number of ranks. `in` and `out` are the
+/// kind of memory `memory.queue` works on (host, or device); the call returns once the result is in `out`.
+void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& memory, const void* in, void* out, size_t count,
+                    DataType type, ReduceOp op);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.
@@ -38,6 +41,8 @@ struct Segments {
   std::vector<size_t> offset, count;            // in elements
   static Segments even(size_t total, int n);    ///< near-equal parts (the first total % n get one more)
   static Segments blocks(size_t block, int n);  ///< n parts of `block` elements
+  /// Near-equal parts that start at multiples of `multiple` elements (vector loads stay aligned).
+  static Segments aligned(size_t total, int n, size_t multiple);
 };
 
 /// Ring reduce-scatter: afterwards segment ch.rank() of the reduction is in `own_out`. Other segments'

@@ -1,18 +1,21 @@
-// Hierarchical allreduce for N nodes x L ranks, in pieces of the node arena's area size:
-//   (1) intra-node reduce-scatter: each rank copies its piece into its shared-memory area, and after a
-//       node barrier reduces shard `local_rank` of the piece over all L areas (in local-rank order);
+// Hierarchical allreduce for N nodes x L ranks, in pieces of the peer memory's area size:
+//   (1) intra-node reduce-scatter: each rank stages its piece in its own area and signals it; once every
+//       local rank has, it reduces shard `local_rank` of the piece over all L areas (in local-rank order);
 //   (2) inter-node allreduce of that shard among the ranks with the same local rank (one ring per local
 //       rank, so all L ranks and the node's NICs work in parallel, each on 1/L of the data);
-//   (3) intra-node allgather: each rank publishes its finished shard in its area and, after a second
-//       barrier, copies the other L-1 shards out.
+//   (3) intra-node allgather: each rank publishes its finished shard in its area and signals it; once every
+//       local rank has, it copies the other L-1 shards out.
+// The same schedule runs on host memory (shared memory, HostQueue: each step runs as it is issued) and on
+// device memory (CUDA IPC, CudaQueue: steps are enqueued on a stream and the flags are waited for on the
+// device, so no host round trip separates the intra-node steps). For device memory the inter-node phase
+// works on a pinned host copy of the shard (staged out after (1), back in before (3)).
 // The phases are software-pipelined: the inter-node phase of piece p runs on a helper thread while this
-// thread does the reduce-scatter of piece p+1 and then the allgather of piece p-1.
-// Pieces rotate through three buffer sets: a rank writes set s for piece p+3 only after passing the
-// reduce-scatter barrier of piece p+2, which every rank reaches only after copying out piece p. The
-// rotation runs across operations (Hierarchy::pieces_done), since a fast rank may begin the next
-// allreduce while a slow one still copies out the last piece of this one.
+// thread issues the reduce-scatter of piece p+1 and then the allgather of piece p-1.
+// Pieces rotate through three slots, each with its own flags. A rank overwrites slot s for piece p+3 only
+// after the reduce-scatter wait of piece p+2, which every local rank signals only after copying out piece p.
+// The rotation and the flags' generations run on across operations (NodeMemory::pieces_done), since a fast
+// rank may begin the next allreduce while a slow one still copies out the last piece of this one.
 #include <algorithm>
-#include <cstring>
 
 #include "algo/algorithms.hpp"
 #include "algo/background.hpp"
@@ -21,6 +24,9 @@
 
 namespace hiercoll::algo {
 namespace {
+
+using transport::kFlagPublished;
+using transport::kFlagStaged;
 
 void inter_node_allreduce(Channel& rail, const Hierarchy& h, void* data, size_t count, DataType type, ReduceOp op) {
   if (rail.size() == 1 || count == 0) return;
@@ -33,75 +39,100 @@ void inter_node_allreduce(Channel& rail, const Hierarchy& h, void* data, size_t 
 
 }  // namespace
 
-void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t count, DataType type, ReduceOp op) {
+void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, void* out, size_t count, DataType type,
+                    ReduceOp op) {
   const size_t elem = dtype_size(type);
   const int world = ch.size();
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;  // divide once, at the very end
-  if (h.arena == nullptr) {                                             // alone on the node: only the inter-node phase
+  device::Queue& queue = *m.queue;
+  const bool staged = m.network_staging[0] != nullptr;  // device data: the network works on a host copy
+  const bool network = h.rail.size() > 1;
+  if (m.peers == nullptr) {  // alone on the node: only the inter-node phase (host memory only)
+    if (staged) throw InternalError(ch.what() + ": device memory needs peer memory for the hierarchical allreduce");
     Channel rail = ch.subgroup(h.rail, h.node, 0);
-    copy_bytes(out, in, count * elem);
+    queue.copy(out, in, count * elem);
     inter_node_allreduce(rail, h, out, count, type, partial);
-    if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
+    if (op == ReduceOp::kAvg) queue.divide(out, count, type, world);
     return;
   }
-  transport::NodeArena& arena = *h.arena;
-  const int L = h.local_size, l = h.local_rank;
-  const size_t piece = std::max<size_t>(1, arena.area_bytes() / elem);
+  transport::PeerMemory& peers = *m.peers;
+  const int L = peers.local_size(), l = peers.local_rank();
+  const size_t piece = std::max<size_t>(1, peers.area_bytes() / elem);
+  const size_t align = std::max<size_t>(1, 64 / elem);  // shards start on cache lines: vector loads stay aligned
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
   // Inner steps per piece are bounded by 2 N (chunks per shard + 1); pieces get disjoint step ranges.
   const size_t chunk = std::max<size_t>(1, ch.config().chunk_bytes / elem);
-  const uint32_t stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L) / chunk + 2) + 8);
+  const uint32_t stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L + align) / chunk + 2) + 8);
 
-  // Ranks of a node compare this at every reduce-scatter barrier: a count or type mismatch inside the
-  // node would otherwise go unnoticed (shared memory has no message sizes to check).
+  // Ranks of a node compare this at every reduce-scatter step: a count or type mismatch inside the
+  // node would otherwise go unnoticed (peer memory has no message sizes to check).
   const uint64_t signature = (static_cast<uint64_t>(count) << 16) ^ (static_cast<uint64_t>(type) << 8) ^
                              static_cast<uint64_t>(op) ^ 0x9e3779b97f4a7c15ull;
+  const device::WaitContext staged_wait{ch.deadline(), &ch.aborted(), ch.what() + " intra-node reduce-scatter"};
+  const device::WaitContext published_wait{ch.deadline(), &ch.aborted(), ch.what() + " intra-node allgather"};
+  const device::WaitContext network_wait{ch.deadline(), &ch.aborted(), ch.what() + " staging for the network"};
+  std::vector<uint64_t*> flags(static_cast<size_t>(L));
+  auto flags_of = [&](transport::FlagKind kind, int slot) {
+    for (int k = 0; k < L; ++k) flags[k] = peers.flag(kind, slot, k);
+    return flags.data();
+  };
+  std::vector<const void*> sources(static_cast<size_t>(L));
 
   struct Piece {
     size_t index, offset, n;
-    int buffer;
+    int slot;
+    uint64_t generation;
     Segments shards;
     uint8_t* mine;  // this rank's shard of the piece, in `out`
+    size_t mine_count;
+    device::Marker staged_out;  // the shard's copy to the network staging buffer is enqueued before this
   };
 
   auto reduce_scatter_phase = [&](size_t index) {
-    Piece p{index,
-            index * piece,
-            std::min(piece, count - index * piece),
-            static_cast<int>((h.pieces_done + index) % kHierBufferSets),
-            {},
-            nullptr};
-    std::memcpy(arena.area(p.buffer, l), input + p.offset * elem, p.n * elem);
-    arena.barrier(ch.deadline(), ch.what() + " intra-node reduce-scatter", ch.aborted(), signature);
-    p.shards = Segments::even(p.n, L);
-    const size_t at = p.shards.offset[l] * elem, n = p.shards.count[l];
+    Piece p{};
+    p.index = index;
+    p.offset = index * piece;
+    p.n = std::min(piece, count - p.offset);
+    p.slot = static_cast<int>((m.pieces_done + index) % kHierBufferSets);
+    p.generation = m.pieces_done + index + 1;
+    queue.copy(peers.area(p.slot, l), input + p.offset * elem, p.n * elem);
+    queue.signal(peers.flag(kFlagStaged, p.slot, l), p.generation, signature);
+    queue.wait(flags_of(kFlagStaged, p.slot), L, p.generation, signature, staged_wait);
+    p.shards = Segments::aligned(p.n, L, align);
+    const size_t at = p.shards.offset[l] * elem;
+    p.mine_count = p.shards.count[l];
     p.mine = output + p.offset * elem + at;
-    if (L == 1) {
-      std::memcpy(p.mine, arena.area(p.buffer, 0), n * elem);
-    } else {
-      reduce::reduce(p.mine, arena.area(p.buffer, 0) + at, arena.area(p.buffer, 1) + at, n, type, partial);
-      for (int k = 2; k < L; ++k) reduce::reduce(p.mine, p.mine, arena.area(p.buffer, k) + at, n, type, partial);
+    for (int k = 0; k < L; ++k) sources[k] = peers.area(p.slot, k) + at;
+    if (p.mine_count > 0) queue.reduce(p.mine, sources.data(), L, p.mine_count, type, partial);
+    if (!network && op == ReduceOp::kAvg) queue.divide(p.mine, p.mine_count, type, world);
+    if (network && staged) {
+      queue.copy(m.network_staging[p.slot], p.mine, p.mine_count * elem);
+      p.staged_out = queue.mark();
     }
     return p;
   };
-  auto network_phase = [&](const Piece& p) {
+  auto network_phase = [&](const Piece& p) {  // on the helper thread; host memory only
+    uint8_t* data = staged ? m.network_staging[p.slot] : p.mine;
+    if (staged) queue.wait_host(p.staged_out, network_wait);
     Channel rail = ch.subgroup(h.rail, h.node, static_cast<uint32_t>(p.index) * stride);
-    inter_node_allreduce(rail, h, p.mine, p.shards.count[l], type, partial);
-    if (op == ReduceOp::kAvg) reduce::divide(p.mine, p.shards.count[l], type, world);
+    inter_node_allreduce(rail, h, data, p.mine_count, type, partial);
+    if (op == ReduceOp::kAvg) reduce::divide(data, p.mine_count, type, world);
   };
   auto allgather_phase = [&](const Piece& p) {
     const size_t at = p.shards.offset[l] * elem;
-    std::memcpy(arena.area(p.buffer, l) + at, p.mine, p.shards.count[l] * elem);
-    arena.barrier(ch.deadline(), ch.what() + " intra-node allgather", ch.aborted());
+    if (network && staged) queue.copy(p.mine, m.network_staging[p.slot], p.mine_count * elem);
+    queue.copy(peers.area(p.slot, l) + at, p.mine, p.mine_count * elem);
+    queue.signal(peers.flag(kFlagPublished, p.slot, l), p.generation, 0);
+    queue.wait(flags_of(kFlagPublished, p.slot), L, p.generation, 0, published_wait);
     for (int k = 0; k < L; ++k) {
       if (k == l) continue;
       size_t from = p.shards.offset[k] * elem;
-      std::memcpy(output + p.offset * elem + from, arena.area(p.buffer, k) + from, p.shards.count[k] * elem);
+      queue.copy(output + p.offset * elem + from, peers.area(p.slot, k) + from, p.shards.count[k] * elem);
     }
   };
 
-  // Software pipeline: while piece p crosses the network on the helper thread, this thread runs the
+  // Software pipeline: while piece p crosses the network on the helper thread, this thread issues the
   // reduce-scatter of piece p+1 and the allgather of piece p-1.
   const size_t pieces = (count + piece - 1) / piece;
   JoinOnExit join(*h.network);
@@ -109,7 +140,7 @@ void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t
   for (size_t index = 0; index <= pieces; ++index) {
     if (index < pieces) ready.push_back(reduce_scatter_phase(index));
     if (h.network->busy()) h.network->wait();
-    if (index < pieces) {
+    if (index < pieces && network) {
       const Piece& next = ready.back();
       h.network->start([&network_phase, next] { network_phase(next); });
     }
@@ -118,7 +149,7 @@ void allreduce_hier(Channel& ch, Hierarchy& h, const void* in, void* out, size_t
       ready.erase(ready.begin());
     }
   }
-  h.pieces_done += pieces;
+  m.pieces_done += pieces;
 }
 
 }  // namespace hiercoll::algo

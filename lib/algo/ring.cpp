@@ -20,6 +20,17 @@ Segments Segments::even(size_t total, int n) {
   return s;
 }
 
+Segments Segments::aligned(size_t total, int n, size_t multiple) {
+  Segments units = even((total + multiple - 1) / multiple, n);
+  Segments s;
+  for (int i = 0; i < n; ++i) {
+    size_t at = std::min(total, units.offset[i] * multiple);
+    s.offset.push_back(at);
+    s.count.push_back(std::min(total - at, units.count[i] * multiple));
+  }
+  return s;
+}
+
 Segments Segments::blocks(size_t block, int n) {
   Segments s;
   for (int i = 0; i < n; ++i) {

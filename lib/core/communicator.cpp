@@ -106,13 +106,14 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
   auto algo = impl_->choose_allreduce(bytes);
   std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) + "]";
   algo::Hierarchy* hierarchy = &impl_->hierarchy();
+  algo::NodeMemory* memory = &impl_->host_memory();
   return impl_->enqueue_collective(what, op_descriptor(core::kOpAllreduce, count, type, op), [=](algo::Channel& ch) {
     switch (algo) {
       case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, in, out, count, type, op); break;
       case algo::AllreduceAlgo::kRecursiveDoubling:
         algo::allreduce_recursive_doubling(ch, in, out, count, type, op);
         break;
-      case algo::AllreduceAlgo::kHierarchical: algo::allreduce_hier(ch, *hierarchy, in, out, count, type, op); break;
+      case algo::AllreduceAlgo::kHierarchical: algo::allreduce_hier(ch, *hierarchy, *memory, in, out, count, type, op); break;
     }
   });
 }

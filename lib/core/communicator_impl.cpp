@@ -140,6 +140,7 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
 }
 
 void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance) {
+  host_memory_.queue = &host_queue_;
   hierarchy_.local_rank = layout_.local_rank;
   hierarchy_.local_size = layout_.local_size;
   hierarchy_.node = layout_.node;
@@ -161,7 +162,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
       arena_ = transport::NodeArena::attach(store.get_string(key), layout_.local_rank, layout_.local_size, buffers,
                                             cost_model_.shm_piece_bytes);
     }
-    hierarchy_.arena = arena_.get();
+    host_memory_.peers = arena_.get();
     network_worker_ = std::make_unique<algo::BackgroundWorker>();
     hierarchy_.network = network_worker_.get();
   }

@@ -18,8 +18,10 @@
 #include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
 #include "core/work_state.hpp"
+#include "device/host_queue.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
+#include "transport/shm/node_arena.hpp"
 #include "transport/transport.hpp"
 
 namespace hiercoll::core {
@@ -56,6 +58,7 @@ class CommunicatorImpl {
   uint16_t context() const { return context_; }
   const Layout& layout() const { return layout_; }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
+  algo::NodeMemory& host_memory() { return host_memory_; }
 
  private:
   struct Op {
@@ -91,6 +94,8 @@ class CommunicatorImpl {
   std::unique_ptr<transport::NodeArena> arena_;
   std::unique_ptr<algo::BackgroundWorker> network_worker_;
   algo::Hierarchy hierarchy_;
+  device::HostQueue host_queue_;
+  algo::NodeMemory host_memory_;  // shared memory through arena_, for host buffers
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<transport::Endpoint> endpoint_;

@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <thread>
+#include <vector>
 
+#include "device/host_queue.hpp"
 #include "hiercoll/errors.hpp"
 #include "transport/shm/node_arena.hpp"
 #include "transport/shm/shm_segment.hpp"
@@ -60,33 +62,53 @@ TEST_CASE("segments of dead creators are swept", "[shm]") {
   CHECK(exists(live.name()));
 }
 
-TEST_CASE("the arena barrier orders writes between ranks and times out naming the absent one", "[shm]") {
+TEST_CASE("arena flags order writes between ranks; waits time out naming the absent rank and catch mismatches",
+          "[shm]") {
   auto first = NodeArena::create("unit-arena", 2, 2, 4096);
   auto second = NodeArena::attach(first->name(), 1, 2, 2, 4096);
   std::atomic<bool> aborted{false};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const device::WaitContext context{deadline, &aborted, "test"};
+  auto flags_of = [](NodeArena& arena, FlagKind kind, int slot) {
+    return std::vector<uint64_t*>{arena.flag(kind, slot, 0), arena.flag(kind, slot, 1)};
+  };
   std::atomic<int> other_wrong{0};  // Catch2 assertions are for the main thread only
   std::thread other([&] {
+    device::HostQueue queue;
     for (int round = 0; round < 100; ++round) {
+      const uint64_t generation = round + 1;
       std::memcpy(second->area(round, 1), &round, sizeof(round));
-      second->barrier(deadline, "test", aborted);
+      queue.signal(second->flag(kFlagStaged, round, 1), generation, 7);
+      queue.wait(flags_of(*second, kFlagStaged, round).data(), 2, generation, 7, context);
       int seen;
       std::memcpy(&seen, second->area(round, 0), sizeof(seen));
       if (seen != round * 10) ++other_wrong;
-      second->barrier(deadline, "test", aborted);
+      queue.signal(second->flag(kFlagPublished, round, 1), generation, 0);
+      queue.wait(flags_of(*second, kFlagPublished, round).data(), 2, generation, 0, context);
     }
   });
+  device::HostQueue queue;
   for (int round = 0; round < 100; ++round) {
+    const uint64_t generation = round + 1;
     int value = round * 10;
     std::memcpy(first->area(round, 0), &value, sizeof(value));
-    first->barrier(deadline, "test", aborted);
+    queue.signal(first->flag(kFlagStaged, round, 0), generation, 7);
+    queue.wait(flags_of(*first, kFlagStaged, round).data(), 2, generation, 7, context);
     int seen;
     std::memcpy(&seen, first->area(round, 1), sizeof(seen));
     REQUIRE(seen == round);
-    first->barrier(deadline, "test", aborted);
+    queue.signal(first->flag(kFlagPublished, round, 0), generation, 0);
+    queue.wait(flags_of(*first, kFlagPublished, round).data(), 2, generation, 0, context);
   }
   other.join();
   CHECK(other_wrong == 0);
-  auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  CHECK_THROWS_WITH(first->barrier(soon, "allreduce", aborted), Catch::Contains("local rank 1"));
+  const device::WaitContext soon{std::chrono::steady_clock::now() + std::chrono::milliseconds(100), &aborted,
+                                 "allreduce"};
+  queue.signal(first->flag(kFlagStaged, 0, 0), 1000, 0);  // this rank arrived; local rank 1 never does
+  CHECK_THROWS_WITH(queue.wait(flags_of(*first, kFlagStaged, 0).data(), 2, 1000, 0, soon),
+                    Catch::Contains("local rank 1"));
+  // Both ranks published generation 1000 of slot 1, one with another signature: a mismatch, not a hang.
+  queue.signal(first->flag(kFlagStaged, 1, 0), 1000, 5);
+  queue.signal(second->flag(kFlagStaged, 1, 1), 1000, 6);
+  CHECK_THROWS_AS(queue.wait(flags_of(*first, kFlagStaged, 1).data(), 2, 1000, 5, context), InvalidUsageError);
 }

@@ -77,6 +77,75 @@ __global__ void reduce_elementwise(T* dst, const T* a, const T* b, size_t count)
   }
 }
 
+// Up to kMaxSources operands in one pass: each element is read once from every source and written once,
+// accumulated in the arithmetic type and rounded once (as the host kernels do per call).
+struct Sources {
+  const void* pointers[kMaxSources];
+};
+
+template <ReduceOp Op, class T> __device__ __forceinline__ typename Arith<T>::type combine_wide(
+    typename Arith<T>::type x, typename Arith<T>::type y) {
+  using A = typename Arith<T>::type;
+  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) {
+    return static_cast<A>(x + y);
+  } else if constexpr (Op == ReduceOp::kProd) {
+    return static_cast<A>(x * y);
+  } else {
+    // min / max: in the element type, whose signedness orders correctly (see combine).
+    return widen(combine<Op, T>(narrow<T>(x), narrow<T>(y)));
+  }
+}
+
+// Phases: each thread takes 16-byte vectors of every source in turn (grid-stride), folds them in the
+// arithmetic type, and stores one vector; the tail past the last whole vector is done element by element.
+template <class T, ReduceOp Op>
+__global__ void reduce_many_vectorised(T* dst, Sources sources, int source_count, size_t count) {
+  using A = typename Arith<T>::type;
+  constexpr int kPerVector = 16 / sizeof(T);
+  const size_t vectors = count / kPerVector;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (size_t v = first; v < vectors; v += stride) {
+    A acc[kPerVector];
+    {
+      uint4 raw = reinterpret_cast<const uint4*>(sources.pointers[0])[v];
+      T e[kPerVector];
+      memcpy(e, &raw, 16);
+#pragma unroll
+      for (int k = 0; k < kPerVector; ++k) acc[k] = widen(e[k]);
+    }
+    for (int s = 1; s < source_count; ++s) {
+      uint4 raw = reinterpret_cast<const uint4*>(sources.pointers[s])[v];
+      T e[kPerVector];
+      memcpy(e, &raw, 16);
+#pragma unroll
+      for (int k = 0; k < kPerVector; ++k) acc[k] = combine_wide<Op, T>(acc[k], widen(e[k]));
+    }
+    T out[kPerVector];
+#pragma unroll
+    for (int k = 0; k < kPerVector; ++k) out[k] = narrow<T>(acc[k]);
+    uint4 raw;
+    memcpy(&raw, out, 16);
+    reinterpret_cast<uint4*>(dst)[v] = raw;
+  }
+  for (size_t i = vectors * kPerVector + first; i < count; i += stride) {
+    A acc = widen(static_cast<const T*>(sources.pointers[0])[i]);
+    for (int s = 1; s < source_count; ++s) acc = combine_wide<Op, T>(acc, widen(static_cast<const T*>(sources.pointers[s])[i]));
+    dst[i] = narrow<T>(acc);
+  }
+}
+
+template <class T, ReduceOp Op>
+__global__ void reduce_many_elementwise(T* dst, Sources sources, int source_count, size_t count) {
+  using A = typename Arith<T>::type;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    A acc = widen(static_cast<const T*>(sources.pointers[0])[i]);
+    for (int s = 1; s < source_count; ++s) acc = combine_wide<Op, T>(acc, widen(static_cast<const T*>(sources.pointers[s])[i]));
+    dst[i] = narrow<T>(acc);
+  }
+}
+
 template <class T>
 __global__ void divide_kernel(T* buffer, size_t count, float divisor) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -119,6 +188,32 @@ void launch(void* dst, const void* a, const void* b, size_t count, cudaStream_t 
   check_launch("reduce kernel launch");
 }
 
+template <class T, ReduceOp Op>
+void launch_many(void* dst, const Sources& sources, int source_count, size_t count, cudaStream_t stream) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool all_aligned = aligned(dst);
+  for (int s = 0; s < source_count; ++s) all_aligned = all_aligned && aligned(sources.pointers[s]);
+  auto* d = static_cast<T*>(dst);
+  if (all_aligned) {
+    reduce_many_vectorised<T, Op><<<blocks_for(count / (16 / sizeof(T)) + 1), kThreads, 0, stream>>>(d, sources, source_count, count);
+  } else {
+    reduce_many_elementwise<T, Op><<<blocks_for(count), kThreads, 0, stream>>>(d, sources, source_count, count);
+  }
+  check_launch("reduce_many kernel launch");
+}
+
+template <class T>
+void launch_many_op(void* dst, const Sources& sources, int source_count, size_t count, ReduceOp op, cudaStream_t stream) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return launch_many<T, ReduceOp::kSum>(dst, sources, source_count, count, stream);
+    case ReduceOp::kProd: return launch_many<T, ReduceOp::kProd>(dst, sources, source_count, count, stream);
+    case ReduceOp::kMin: return launch_many<T, ReduceOp::kMin>(dst, sources, source_count, count, stream);
+    case ReduceOp::kMax: return launch_many<T, ReduceOp::kMax>(dst, sources, source_count, count, stream);
+  }
+  throw InvalidUsageError("reduce_many: unknown reduce op");
+}
+
 template <class T>
 void launch_op(void* dst, const void* a, const void* b, size_t count, ReduceOp op, cudaStream_t stream) {
   switch (op) {
@@ -146,6 +241,31 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
     case DataType::kInt64: return launch_op<int64_t>(dst, a, b, count, op, stream);
   }
   throw InvalidUsageError("reduce: unknown data type");
+}
+
+void reduce_many(void* dst, const void* const* sources, int source_count, size_t count, DataType type, ReduceOp op,
+                 cudaStream_t stream) {
+  if (count == 0) return;
+  if (source_count < 1) throw InvalidUsageError("reduce_many: no sources");
+  // More sources than one launch takes: fold the rest into dst, which then leads the next launch.
+  Sources batch{};
+  int taken = 0, in_batch = 0;
+  while (taken < source_count) {
+    if (taken > 0) batch.pointers[in_batch++] = dst;
+    while (in_batch < kMaxSources && taken < source_count) batch.pointers[in_batch++] = sources[taken++];
+    switch (type) {
+      case DataType::kFloat32: launch_many_op<float>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kFloat64: launch_many_op<double>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kFloat16: launch_many_op<__half>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kBFloat16: launch_many_op<__nv_bfloat16>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kInt8: launch_many_op<int8_t>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kUInt8: launch_many_op<uint8_t>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kInt32: launch_many_op<int32_t>(dst, batch, in_batch, count, op, stream); break;
+      case DataType::kInt64: launch_many_op<int64_t>(dst, batch, in_batch, count, op, stream); break;
+      default: throw InvalidUsageError("reduce_many: unknown data type");
+    }
+    in_batch = 0;
+  }
 }
 
 void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t stream) {

@@ -13,6 +13,12 @@ namespace hiercoll::reduce::cuda {
 /// (one 16-byte load per operand per thread and iteration), others an element-wise one.
 /// Throws CudaError if the launch fails.
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op, cudaStream_t stream);
+/// Sources one kernel launch reduces at once; more take several launches.
+inline constexpr int kMaxSources = 16;
+/// dst[i] = sources[0][i] op ... op sources[n-1][i], in one pass per kMaxSources sources: accumulated in fp32 for
+/// fp16/bf16 and rounded once per pass. dst may be sources[0] exactly. Sources may be CUDA-IPC-mapped peer memory.
+void reduce_many(void* dst, const void* const* sources, int source_count, size_t count, DataType type, ReduceOp op,
+                 cudaStream_t stream);
 /// buffer[i] /= divisor (floating types only).
 void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t stream);
 

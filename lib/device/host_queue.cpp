@@ -1,0 +1,63 @@
+#include "device/host_queue.hpp"
+
+#include <cstring>
+#include <thread>
+
+#include "hiercoll/errors.hpp"
+#include "reduce/reduce.hpp"
+
+namespace hiercoll::device {
+
+namespace {
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "flags in shared memory must be lock-free");
+std::atomic<uint64_t>& word(uint64_t* flag, int index) { return reinterpret_cast<std::atomic<uint64_t>*>(flag)[index]; }
+}  // namespace
+
+void HostQueue::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+void HostQueue::reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
+                       ReduceOp op) {
+  if (source_count == 1) return copy(dst, sources[0], count * dtype_size(type));
+  reduce::reduce(dst, sources[0], sources[1], count, type, op);
+  for (int k = 2; k < source_count; ++k) reduce::reduce(dst, dst, sources[k], count, type, op);
+}
+
+void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {
+  reduce::divide(data, count, type, divisor);
+}
+
+void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) {
+  word(flag, 1).store(signature, std::memory_order_relaxed);
+  word(flag, 0).store(generation, std::memory_order_release);
+}
+
+void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
+                     const WaitContext& context) {
+  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  for (int k = 0; k < flag_count; ++k) {
+    while (word(flags[k], 0).load(std::memory_order_acquire) < generation) {
+      auto now = std::chrono::steady_clock::now();
+      if (context.aborted->load(std::memory_order_relaxed)) {
+        throw RemoteError(context.what + ": the communicator was aborted");
+      }
+      if (now >= context.deadline) {
+        throw TimeoutError(context.what + ": local rank " + std::to_string(k) +
+                           " never reached this step (did it die, or call another operation?)");
+      }
+      if (now < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+    // The generation was published after the signature (release/acquire): this read sees this step's.
+    if (signature != 0 && word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
+      throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +
+                              " called this operation with a different count, type or op");
+    }
+  }
+}
+
+}  // namespace hiercoll::device

@@ -1,0 +1,22 @@
+#pragma once
+// HostQueue: the Queue of host memory. Each call runs at once on the calling thread, so mark() and
+// wait_host() have nothing to wait for; flag waits spin briefly, then sleep, until the deadline.
+#include "device/queue.hpp"
+
+namespace hiercoll::device {
+
+class HostQueue final : public Queue {
+ public:
+  MemoryKind kind() const override { return MemoryKind::kHost; }
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
+              ReduceOp op) override;
+  void divide(void* data, size_t count, DataType type, int divisor) override;
+  void signal(uint64_t* flag, uint64_t generation, uint64_t signature) override;
+  void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
+            const WaitContext& context) override;
+  Marker mark() override { return 0; }
+  void wait_host(Marker, const WaitContext&) override {}
+};
+
+}  // namespace hiercoll::device

@@ -1,0 +1,63 @@
+#pragma once
+// Queue: an ordered stream of data-movement work on one kind of memory, the only thing algorithms that run
+// on device buffers see of CUDA. Every call enqueues and returns; the work runs in call order, like a CUDA
+// stream. HostQueue runs each call at once on the calling thread (host memory); CudaQueue enqueues on a
+// CUDA stream (device memory, CUDA-IPC-mapped peer memory, pinned host memory).
+//
+// Flags are two 64-bit words in memory every local rank can address: [0] a generation that only grows,
+// [1] the signature of the operation that wrote it. They order work between ranks of a node without a
+// host round trip on the device: signal() publishes after all earlier work, wait() holds back later work.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "hiercoll/types.hpp"
+
+namespace hiercoll::device {
+
+/// Where a pointer lives, as far as hiercoll cares.
+enum class MemoryKind { kHost, kDevice };
+
+/// Limits of one wait: the operation's deadline, its abort switch, and its name for errors.
+struct WaitContext {
+  std::chrono::steady_clock::time_point deadline;
+  const std::atomic<bool>* aborted;
+  std::string what;
+};
+
+/// A position in a queue: the work enqueued before mark() returned it.
+using Marker = uint64_t;
+
+inline constexpr int kMaxFlagsPerWait = 64;
+
+class Queue {
+ public:
+  virtual ~Queue() = default;
+  virtual MemoryKind kind() const = 0;
+
+  /// dst <- src; either side may be host (pinned, for CudaQueue) or device memory. Ranges must not overlap.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  /// dst[i] = sources[0][i] op sources[1][i] op ... (in that order). dst may be sources[0] exactly, no other source.
+  virtual void reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
+                      ReduceOp op) = 0;
+  /// data[i] /= divisor (floating types).
+  virtual void divide(void* data, size_t count, DataType type, int divisor) = 0;
+
+  /// After everything enqueued so far: flag[1] = signature, then flag[0] = generation (release).
+  virtual void signal(uint64_t* flag, uint64_t generation, uint64_t signature) = 0;
+  /// Work enqueued later starts once every flags[k][0] >= generation. A flag whose signature differs from
+  /// `signature` (non-zero) fails the queue with InvalidUsageError naming local rank k; a flag that stays
+  /// behind past the deadline fails it with TimeoutError. At most kMaxFlagsPerWait flags.
+  virtual void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
+                    const WaitContext& context) = 0;
+
+  /// A marker for the work enqueued so far.
+  virtual Marker mark() = 0;
+  /// Blocks the host until the work before `marker` has run; throws what a device-side wait failed with,
+  /// or TimeoutError at the deadline. Safe to call from another thread than the one that enqueues.
+  virtual void wait_host(Marker marker, const WaitContext& context) = 0;
+};
+
+}  // namespace hiercoll::device

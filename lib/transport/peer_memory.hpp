@@ -1,0 +1,27 @@
+#pragma once
+// PeerMemory: memory that every rank of a node can address, through which they exchange pieces of a
+// collective. Per local rank (its owner) it holds `slots` data areas and, per slot, one flag of each kind
+// (see device/queue.hpp for what a flag is). Shared memory provides it for host buffers (NodeArena),
+// CUDA IPC for device buffers (transport/cuda/ipc_peer_memory). Algorithms see only this interface.
+#include <cstddef>
+#include <cstdint>
+
+namespace hiercoll::transport {
+
+/// The flag kinds a slot carries: one per synchronisation step of the hierarchical allreduce.
+enum FlagKind : int { kFlagStaged = 0, kFlagPublished = 1, kFlagKinds = 2 };
+
+class PeerMemory {
+ public:
+  virtual ~PeerMemory() = default;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  virtual int slots() const = 0;
+  virtual size_t area_bytes() const = 0;
+  /// Data area `slot` of local rank `owner`, addressable by this rank (a host or a device pointer).
+  virtual uint8_t* area(int slot, int owner) const = 0;
+  /// Flag `kind` of area `slot` of `owner`: two 64-bit words, zero at creation.
+  virtual uint64_t* flag(FlagKind kind, int slot, int owner) const = 0;
+};
+
+}  // namespace hiercoll::transport
