@@ -23,8 +23,12 @@ class HIERCOLL_API Work {
   Work() = default;
   /// True once the operation finished, successfully or not. Never blocks.
   bool is_completed() const;
-  /// Blocks until the operation finishes and rethrows its error, if any.
-  /// Throws TimeoutError if it has not finished after `timeout` (the operation itself goes on).
+  /// Host buffers: blocks until the operation finishes and rethrows its error, if any; throws TimeoutError if it
+  /// has not finished after `timeout` (the operation itself goes on).
+  /// Device buffers (like ProcessGroupNCCL's wait): does not block the host. If the operation already finished it
+  /// rethrows its error, if any; otherwise it makes the stream the operation was issued on wait, on the device,
+  /// until the result is in place (bounded by the communicator's timeout), and returns. An error found later
+  /// shows in error() / is_completed() and breaks the communicator; wait_for() blocks the host.
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
   /// Waits up to `timeout` for the operation to finish; true if it did (successfully or not). Never throws.
   bool wait_for(std::chrono::microseconds timeout) const;
@@ -49,11 +53,23 @@ struct HIERCOLL_API CommOptions {
   static CommOptions from_env();
 };
 
+/// Per-call settings.
+struct HIERCOLL_API CallOptions {
+  /// For device (CUDA) buffers, the cudaStream_t the collective is ordered on, as NCCL's stream argument: it reads
+  /// its input after the work enqueued on this stream so far, and Work::wait() makes the stream's later work wait
+  /// for its result. nullptr is the legacy default stream. Capturing streams (CUDA graphs) are refused.
+  /// Ignored for host buffers.
+  void* stream = nullptr;
+};
+
 /// A group of `size` processes that run collectives together, like an NCCL communicator.
 ///
 /// Every rank must issue the same collectives in the same order. Calls return at once with a Work;
 /// operations run in issue order on the communicator's progress thread. Buffers must stay valid
 /// and untouched until the Work completes. Out-of-place and in-place (input == output) are both allowed.
+/// Buffers are host memory or, in builds with CUDA (HIERCOLL_WITH_CUDA), CUDA device memory, told apart by
+/// their address; a call's buffers are all of one kind (and one device), every rank passes the same kind, and
+/// a communicator's device buffers all live on one device. Device collectives follow CallOptions::stream.
 /// After an operation fails with a timeout or a peer error, the communicator is broken: later
 /// operations fail at once, and the caller should abort() it and create a new one.
 class HIERCOLL_API Communicator {
@@ -79,17 +95,17 @@ class HIERCOLL_API Communicator {
   int size() const;
 
   /// out[i] = op over ranks of in[i], count elements on every rank.
-  Work allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op);
+  Work allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, const CallOptions& options = {});
   /// Rank r receives the reduction of elements [r*recv_count, (r+1)*recv_count) of every rank's input.
-  Work reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
+  Work reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op, const CallOptions& options = {});
   /// out holds size()*send_count elements: rank r's input at offset r*send_count.
-  Work allgather(const void* in, void* out, size_t send_count, DataType type);
+  Work allgather(const void* in, void* out, size_t send_count, DataType type, const CallOptions& options = {});
   /// root's `in` reaches every rank's `out` (root may pass in == out; others' `in` is ignored).
-  Work broadcast(const void* in, void* out, size_t count, DataType type, int root);
+  Work broadcast(const void* in, void* out, size_t count, DataType type, int root, const CallOptions& options = {});
   /// The reduction reaches root's `out` only; other ranks' `out` is not written.
-  Work reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root);
+  Work reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root, const CallOptions& options = {});
   /// Block j of `in` (count_per_rank elements) goes to rank j; block i of `out` comes from rank i.
-  Work alltoall(const void* in, void* out, size_t count_per_rank, DataType type);
+  Work alltoall(const void* in, void* out, size_t count_per_rank, DataType type, const CallOptions& options = {});
   Work barrier();
   /// Point-to-point. A send matches the recv on `peer` with the same tag; pairs of the same tag match in order.
   /// Unlike collectives, send/recv run concurrently with later operations, so a send then recv pair on both

@@ -3,6 +3,7 @@
 #include "hiercoll/communicator.hpp"
 
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 #include "algo/algorithms.hpp"
@@ -15,6 +16,9 @@ namespace hiercoll {
 namespace {
 
 using core::CommunicatorImpl;
+using core::DevicePath;
+using core::locate;
+using core::Location;
 
 std::string describe(const char* op, size_t count, DataType type) {
   std::ostringstream out;
@@ -70,6 +74,14 @@ void check_rank(const char* op, const char* what, int rank, int size) {
   }
 }
 
+// Point-to-point runs beside the collectives on the progress thread, with no stream to order it by.
+void check_host(const char* op, const void* buffer, size_t bytes) {
+  if (bytes != 0 && locate(buffer).kind != device::MemoryKind::kHost) {
+    throw InvalidUsageError(std::string(op) + ": device buffers are not supported for point-to-point yet; copy to "
+                                              "host memory (the torch binding stages them)");
+  }
+}
+
 // What ranks compare before a collective when the mismatch check is on (HIERCOLL_DEBUG=DETAIL).
 algo::OpDescriptor op_descriptor(core::OpKind kind, size_t count, DataType type, ReduceOp op = ReduceOp::kSum,
                                  int root = -1) {
@@ -97,28 +109,111 @@ Communicator Communicator::create(std::shared_ptr<Store> store, int rank, int si
 int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 
-Work Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) {
+namespace {
+
+// A collective's buffers: what it reads (in_bytes of `in`) and writes (out_bytes of `out`); a side this rank
+// does not use has 0 bytes (a non-root's broadcast input, a non-root's reduce output).
+struct Buffers {
+  const void* in;
+  size_t in_bytes;
+  void* out;
+  size_t out_bytes;
+};
+
+// The device the buffers live on, or -1 for host memory. Mixed kinds or devices are refused.
+int device_of(const char* op, const Buffers& b) {
+  Location in = b.in_bytes ? locate(b.in) : Location{}, out = b.out_bytes ? locate(b.out) : Location{};
+  if (b.in_bytes && b.out_bytes && (in.kind != out.kind || in.device != out.device)) {
+    auto name = [](const Location& l) {
+      return l.kind == device::MemoryKind::kHost ? std::string("host memory")
+                                                 : "memory of CUDA device " + std::to_string(l.device);
+    };
+    throw InvalidUsageError(std::string(op) + ": input is " + name(in) + " but output is " + name(out) +
+                            "; pass both in one kind of memory");
+  }
+  const Location& where = b.in_bytes ? in : out;
+  return where.kind == device::MemoryKind::kDevice ? where.device : -1;
+}
+
+using HostBody = std::function<void(algo::Channel&, const void* in, void* out)>;
+
+// Device buffers through pinned host memory: stage the input, run the host algorithm there, copy the result
+// back. Every collective has this path; the allreduce has a faster one (allreduce_hier on device memory).
+void run_staged(algo::Channel& ch, DevicePath& path, const Buffers& b, const HostBody& body) {
+  device::Queue& queue = path.queue();
+  void* host_in = b.in_bytes ? path.pinned(b.in_bytes, 0) : nullptr;
+  void* host_out = b.out_bytes ? path.pinned(b.out_bytes, 1) : nullptr;
+  if (b.in_bytes) {
+    queue.copy(host_in, b.in, b.in_bytes);
+    queue.wait_host(queue.mark(), {ch.deadline(), &ch.aborted(), ch.what() + " staging the input"});
+  }
+  body(ch, host_in, host_out);
+  if (b.out_bytes) queue.copy(b.out, host_out, b.out_bytes);
+}
+
+using DeviceBody = std::function<void(algo::Channel&, DevicePath&)>;
+
+// Runs a collective on the progress thread: `host_body` on host buffers; on device buffers `device_body`, or
+// without one, `host_body` on a staged copy.
+Work run(CommunicatorImpl& impl, const char* op, std::string what, const algo::OpDescriptor& descriptor,
+         const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceBody device_body = nullptr) {
+  const int device = device_of(op, buffers);
+  if (device < 0) {
+    return impl.enqueue_collective(std::move(what), descriptor, [buffers, body = std::move(host_body)](
+                                                                      algo::Channel& ch) {
+      body(ch, buffers.in, buffers.out);
+    });
+  }
+  return impl.enqueue_device_collective(
+      std::move(what), descriptor, device, options.stream,
+      [buffers, host = std::move(host_body), dev = std::move(device_body)](algo::Channel& ch, DevicePath& path) {
+        if (dev) dev(ch, path);
+        else run_staged(ch, path, buffers, host);
+      });
+}
+
+}  // namespace
+
+Work Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                             const CallOptions& options) {
   size_t bytes = checked_bytes("allreduce", count, type);
   check_op("allreduce", type, op);
   check_buffer("allreduce", "input", in, bytes, type);
   check_buffer("allreduce", "output", out, bytes, type);
   check_overlap("allreduce", in, bytes, out, bytes, out);
-  auto algo = impl_->choose_allreduce(bytes);
-  std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) + "]";
+  const Buffers buffers{in, bytes, out, bytes};
+  const bool on_device = device_of("allreduce", buffers) >= 0;
+  // Device buffers take the hierarchical path whenever the layout has one: the intra-node phases run on the
+  // GPUs and only 1/L of the data is staged through host memory for the network.
+  const bool device_hier = on_device && impl_->hierarchical_eligible();
+  auto algo = device_hier ? algo::AllreduceAlgo::kHierarchical : impl_->choose_allreduce(bytes);
+  std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) +
+                     (on_device ? ", device" : "") + "]";
   algo::Hierarchy* hierarchy = &impl_->hierarchy();
-  algo::NodeMemory* memory = &impl_->host_memory();
-  return impl_->enqueue_collective(what, op_descriptor(core::kOpAllreduce, count, type, op), [=](algo::Channel& ch) {
+  algo::NodeMemory* host_memory = &impl_->host_memory();
+  core::CommunicatorImpl* impl = impl_.get();
+  HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
     switch (algo) {
-      case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, in, out, count, type, op); break;
+      case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, from, to, count, type, op); break;
       case algo::AllreduceAlgo::kRecursiveDoubling:
-        algo::allreduce_recursive_doubling(ch, in, out, count, type, op);
+        algo::allreduce_recursive_doubling(ch, from, to, count, type, op);
         break;
-      case algo::AllreduceAlgo::kHierarchical: algo::allreduce_hier(ch, *hierarchy, *memory, in, out, count, type, op); break;
+      case algo::AllreduceAlgo::kHierarchical:
+        algo::allreduce_hier(ch, *hierarchy, *host_memory, from, to, count, type, op);
+        break;
     }
-  });
+  };
+  DeviceBody device;
+  if (device_hier) {
+    device = [=](algo::Channel& ch, DevicePath& path) {
+      algo::allreduce_hier(ch, *hierarchy, impl->device_node_memory(ch, path), in, out, count, type, op);
+    };
+  }
+  return run(*impl_, "allreduce", what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host, device);
 }
 
-Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op) {
+Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op,
+                                  const CallOptions& options) {
   size_t out_bytes = checked_bytes("reduce_scatter", recv_count, type);
   size_t in_bytes = checked_bytes("reduce_scatter", recv_count, type, static_cast<size_t>(size()));
   check_op("reduce_scatter", type, op);
@@ -126,36 +221,41 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   check_buffer("reduce_scatter", "output", out, out_bytes, type);
   check_overlap("reduce_scatter", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
-  return impl_->enqueue_collective(describe("reduce_scatter", recv_count, type) + " " + to_string(op),
-                                   op_descriptor(core::kOpReduceScatter, recv_count, type, op), [=](algo::Channel& ch) {
-                                     algo::reduce_scatter_ring(ch, in, out, recv_count, type, op);
-                                   });
+  return run(*impl_, "reduce_scatter", describe("reduce_scatter", recv_count, type) + " " + to_string(op),
+             op_descriptor(core::kOpReduceScatter, recv_count, type, op), {in, in_bytes, out, out_bytes}, options,
+             [=](algo::Channel& ch, const void* from, void* to) {
+               algo::reduce_scatter_ring(ch, from, to, recv_count, type, op);
+             });
 }
 
-Work Communicator::allgather(const void* in, void* out, size_t send_count, DataType type) {
+Work Communicator::allgather(const void* in, void* out, size_t send_count, DataType type, const CallOptions& options) {
   size_t in_bytes = checked_bytes("allgather", send_count, type);
   size_t out_bytes = checked_bytes("allgather", send_count, type, static_cast<size_t>(size()));
   check_buffer("allgather", "input", in, in_bytes, type);
   check_buffer("allgather", "output", out, out_bytes, type);
   check_overlap("allgather", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
-  return impl_->enqueue_collective(describe("allgather", send_count, type),
-                                   op_descriptor(core::kOpAllgather, send_count, type),
-                                   [=](algo::Channel& ch) { algo::allgather_ring(ch, in, out, send_count, type); });
+  return run(*impl_, "allgather", describe("allgather", send_count, type), op_descriptor(core::kOpAllgather, send_count, type),
+             {in, in_bytes, out, out_bytes}, options, [=](algo::Channel& ch, const void* from, void* to) {
+               algo::allgather_ring(ch, from, to, send_count, type);
+             });
 }
 
-Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root) {
+Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
+                             const CallOptions& options) {
   size_t bytes = checked_bytes("broadcast", count, type);
   check_rank("broadcast", "root", root, size());
   if (rank() == root) check_buffer("broadcast", "input", in, bytes, type);
   check_buffer("broadcast", "output", out, bytes, type);
   if (rank() == root) check_overlap("broadcast", in, bytes, out, bytes, out);
-  return impl_->enqueue_collective(describe("broadcast", count, type) + " root " + std::to_string(root),
-                                   op_descriptor(core::kOpBroadcast, count, type, ReduceOp::kSum, root),
-                                   [=](algo::Channel& ch) { algo::broadcast_chain(ch, in, out, bytes, root); });
+  return run(*impl_, "broadcast", describe("broadcast", count, type) + " root " + std::to_string(root),
+             op_descriptor(core::kOpBroadcast, count, type, ReduceOp::kSum, root),
+             {in, rank() == root ? bytes : 0, out, bytes}, options,
+             [=](algo::Channel& ch, const void* from, void* to) { algo::broadcast_chain(ch, from, to, bytes, root); });
 }
 
-Work Communicator::reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) {
+Work Communicator::reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
+                          const CallOptions& options) {
   size_t bytes = checked_bytes("reduce", count, type);
   check_op("reduce", type, op);
   check_rank("reduce", "root", root, size());
@@ -164,21 +264,23 @@ Work Communicator::reduce(const void* in, void* out, size_t count, DataType type
     check_buffer("reduce", "output", out, bytes, type);
     check_overlap("reduce", in, bytes, out, bytes, out);
   }
-  return impl_->enqueue_collective(
-      describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
-      op_descriptor(core::kOpReduce, count, type, op, root),
-      [=](algo::Channel& ch) { algo::reduce_chain(ch, in, out, count, type, op, root); });
+  return run(*impl_, "reduce", describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
+             op_descriptor(core::kOpReduce, count, type, op, root), {in, bytes, out, rank() == root ? bytes : 0},
+             options, [=](algo::Channel& ch, const void* from, void* to) {
+               algo::reduce_chain(ch, from, to, count, type, op, root);
+             });
 }
 
-Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, DataType type) {
+Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, DataType type,
+                            const CallOptions& options) {
   size_t block = checked_bytes("alltoall", count_per_rank, type);
   size_t bytes = checked_bytes("alltoall", count_per_rank, type, static_cast<size_t>(size()));
   check_buffer("alltoall", "input", in, bytes, type);
   check_buffer("alltoall", "output", out, bytes, type);
   check_overlap("alltoall", in, bytes, out, bytes, out);
-  return impl_->enqueue_collective(describe("alltoall", count_per_rank, type),
-                                   op_descriptor(core::kOpAlltoall, count_per_rank, type),
-                                   [=](algo::Channel& ch) { algo::alltoall_pairwise(ch, in, out, block); });
+  return run(*impl_, "alltoall", describe("alltoall", count_per_rank, type),
+             op_descriptor(core::kOpAlltoall, count_per_rank, type), {in, bytes, out, bytes}, options,
+             [=](algo::Channel& ch, const void* from, void* to) { algo::alltoall_pairwise(ch, from, to, block); });
 }
 
 Work Communicator::barrier() {
@@ -191,6 +293,7 @@ Work Communicator::send(const void* buf, size_t count, DataType type, int peer, 
   check_rank("send", "peer", peer, size());
   if (peer == rank()) throw InvalidUsageError("send: peer " + std::to_string(peer) + " is this rank");
   check_buffer("send", "input", buf, bytes, type);
+  check_host("send", buf, bytes);
   auto context = impl_->context();
   int me = rank();
   return impl_->enqueue_p2p(
@@ -203,6 +306,7 @@ Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32
   check_rank("recv", "peer", peer, size());
   if (peer == rank()) throw InvalidUsageError("recv: peer " + std::to_string(peer) + " is this rank");
   check_buffer("recv", "output", buf, bytes, type);
+  check_host("recv", buf, bytes);
   auto context = impl_->context();
   return impl_->enqueue_p2p(
       describe("recv", count, type) + " from rank " + std::to_string(peer), peer,

@@ -75,6 +75,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
   }
   cost_model_ = algo::CostModel::from_env();
+  device_piece_bytes_ = env_bytes("HIERCOLL_CUDA_PIECE_BYTES", device_piece_bytes_);
+  if (device_piece_bytes_ < 4096) throw InvalidUsageError("HIERCOLL_CUDA_PIECE_BYTES must be at least 4096");
   check_collectives_ = env_int("HIERCOLL_CHECK_COLLECTIVES", 0) != 0 || env_string("HIERCOLL_DEBUG") == "DETAIL";
 
   transport::FabricOptions fabric;
@@ -181,6 +183,10 @@ CommunicatorImpl::~CommunicatorImpl() {
 void CommunicatorImpl::abort() {
   aborted_ = true;
   {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    if (device_) device_->abort();  // device-side waits give up too
+  }
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
@@ -188,8 +194,9 @@ void CommunicatorImpl::abort() {
   if (thread_.joinable()) thread_.join();
 }
 
-Work CommunicatorImpl::push(Op op) {
+Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
   op.state = std::make_shared<WorkState>();
+  op.state->stream_order = std::move(stream_order);
   Work work(op.state);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -214,6 +221,97 @@ Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescri
   return push(std::move(op));
 }
 
+namespace {
+
+// Work::wait() of a device collective: the caller's stream waits on the device for the operation's ticket.
+class TicketOrder final : public StreamOrder {
+ public:
+  TicketOrder(std::shared_ptr<DevicePath> path, StreamHandle stream, uint64_t ticket, std::chrono::milliseconds timeout)
+      : path_(std::move(path)), stream_(stream), ticket_(ticket), timeout_(timeout) {}
+  void order_caller_stream() override { path_->order_caller_stream(stream_, ticket_, timeout_); }
+
+ private:
+  std::shared_ptr<DevicePath> path_;
+  StreamHandle stream_;
+  uint64_t ticket_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
+                                                 StreamHandle stream,
+                                                 std::function<void(algo::Channel&, DevicePath&)> body) {
+  std::shared_ptr<DevicePath> path;
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    if (!device_) device_ = DevicePath::create(device, device_piece_bytes_);
+    if (device_->device() != device) {
+      throw InvalidUsageError(what + ": buffers on CUDA device " + std::to_string(device) +
+                              ", but this communicator's device buffers live on device " +
+                              std::to_string(device_->device()) + " (one device per communicator, as in NCCL)");
+    }
+    path = device_;
+  }
+  EventHandle event = path->order_after_caller(stream, what);
+  {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    ticket = ++device_tickets_;  // in push order: tickets finish in the order they are issued
+  }
+  Op op;
+  op.what = what;
+  op.run = [this, what, descriptor, path, event, ticket, body = std::move(body)](const std::shared_ptr<WorkState>&) {
+    auto deadline = algo::Clock::now() + options_.timeout;
+    algo::Channel channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, deadline,
+                          what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
+    const device::WaitContext finish_context{deadline, &aborted_, channel.what()};
+    path->begin(event);
+    try {
+      if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);
+      body(channel, *path);
+    } catch (...) {
+      path->finish(ticket, finish_context, true);
+      throw;
+    }
+    path->finish(ticket, finish_context, false);
+  };
+  op.skipped = [this, path, event, ticket, what] {
+    path->discard(event);
+    path->finish(ticket, {algo::Clock::now() + options_.timeout, &aborted_, what}, true);
+  };
+  auto order = std::make_shared<TicketOrder>(path, stream, ticket, options_.timeout);
+  try {
+    return push(std::move(op), order);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    if (ticket == device_tickets_) --device_tickets_;
+    path->discard(event);
+    throw;
+  }
+}
+
+algo::NodeMemory& CommunicatorImpl::device_node_memory(algo::Channel& ch, DevicePath& path) {
+  auto exchange = [&](const std::vector<uint8_t>& mine) {
+    // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
+    const std::string prefix = "cuda-ipc/" + std::to_string(layout_.node) + "/";
+    store_->set(prefix + std::to_string(layout_.local_rank), mine);
+    std::vector<std::string> keys;
+    for (int l = 0; l < layout_.local_size; ++l) keys.push_back(prefix + std::to_string(l));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ch.deadline() - algo::Clock::now());
+    try {
+      store_->wait(keys, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const TimeoutError&) {
+      throw TimeoutError(ch.what() + ": not every local rank published its CUDA IPC handle (did every rank pass "
+                                     "device buffers to this collective?)");
+    }
+    std::vector<std::vector<uint8_t>> handles;
+    for (const auto& key : keys) handles.push_back(store_->get(key));
+    return handles;
+  };
+  return path.node_memory(layout_.local_rank, layout_.local_size, hierarchy_.rail.size() > 1, exchange);
+}
+
 Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
                                    std::function<transport::RequestPtr(transport::Endpoint&)> post) {
   Op op;
@@ -232,7 +330,15 @@ void CommunicatorImpl::run_op(Op& op) {
   } else if (!broken_.empty()) {
     failure =
         Failure{ErrorCode::kRemoteError, op.what + ": the communicator is broken by an earlier error: " + broken_};
-  } else {
+  }
+  if (failure && op.skipped) {
+    try {
+      op.skipped();
+    } catch (const std::exception& e) {
+      HIERCOLL_LOG(kWarn, op.what << ": releasing its device work failed: " << e.what());
+    }
+  }
+  if (!failure) {
     try {
       op.run(op.state);
     } catch (const Error& e) {

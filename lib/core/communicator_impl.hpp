@@ -17,6 +17,7 @@
 #include "algo/channel.hpp"
 #include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
+#include "core/device_path.hpp"
 #include "core/work_state.hpp"
 #include "device/host_queue.hpp"
 #include "hiercoll/communicator.hpp"
@@ -50,6 +51,14 @@ class CommunicatorImpl {
   /// `descriptor` is what ranks compare first when the mismatch check is on.
   Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
                           std::function<void(algo::Channel&)> body);
+  /// The same for device buffers on `device`, ordered after `stream` (see device_path.hpp). `body` enqueues its
+  /// work on the device path's queue; the operation completes once the device ran it.
+  Work enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
+                                 StreamHandle stream, std::function<void(algo::Channel&, DevicePath&)> body);
+  /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); progress thread only.
+  algo::NodeMemory& device_node_memory(algo::Channel& ch, DevicePath& path);
+  /// Whether the hierarchical allreduce can run here (regular layout, several ranks per node).
+  bool hierarchical_eligible() const { return selector_->hierarchical_eligible(); }
   /// Posts a point-to-point request on the progress thread; the Work completes with the request.
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
@@ -66,6 +75,7 @@ class CommunicatorImpl {
     std::function<void(const std::shared_ptr<WorkState>&)> run;
     std::shared_ptr<WorkState> state;
     bool completes_later = false;  // point-to-point: finished by poll_p2p, not when run returns
+    std::function<void()> skipped;  // device work: releases what the caller's thread prepared if run never runs
   };
   struct PendingP2P {
     transport::RequestPtr request;
@@ -80,7 +90,7 @@ class CommunicatorImpl {
   void progress_loop();
   void run_op(Op& op);
   void poll_p2p(bool all_failed, const std::string& reason);
-  Work push(Op op);
+  Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
 
   int rank_, size_;
   CommOptions options_;
@@ -96,6 +106,10 @@ class CommunicatorImpl {
   algo::Hierarchy hierarchy_;
   device::HostQueue host_queue_;
   algo::NodeMemory host_memory_;  // shared memory through arena_, for host buffers
+  std::mutex device_mutex_;          // guards device_ and device_tickets_ against concurrent callers
+  std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call
+  uint64_t device_tickets_ = 0;
+  size_t device_piece_bytes_ = 4 << 20;  // HIERCOLL_CUDA_PIECE_BYTES
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<transport::Endpoint> endpoint_;

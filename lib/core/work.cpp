@@ -12,6 +12,17 @@ bool Work::is_completed() const {
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
+  if (state_->stream_order) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (state_->done) {
+        if (state_->failure) core::throw_failure(*state_->failure);
+        return;  // the result is in device memory already: nothing left to order
+      }
+    }
+    state_->stream_order->order_caller_stream();  // the device waits; this thread goes on
+    return;
+  }
   std::unique_lock<std::mutex> lock(state_->mutex);
   auto finished = [&] { return state_->done; };
   if (timeout == std::chrono::milliseconds::max()) {

@@ -6,6 +6,7 @@
 // reference counting is invisible to ThreadSanitizer and reads as a race).
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -14,7 +15,14 @@
 
 namespace hiercoll::core {
 
+/// For operations on device buffers: how Work::wait() orders the caller's stream after the operation.
+struct StreamOrder {
+  virtual ~StreamOrder() = default;
+  virtual void order_caller_stream() = 0;
+};
+
 struct WorkState {
+  std::shared_ptr<StreamOrder> stream_order;  // set before the Work is handed out, then only read
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
