@@ -42,10 +42,10 @@ class CudaDevicePath final : public DevicePath {
   }
 
   ~CudaDevicePath() override {
-    // Caller streams may still wait for tickets that will never come: let them go before the memory goes.
+    // Caller streams may still hold waits for tickets that will never come: let them go, and keep the word they
+    // read alive (a wait queued behind a caller's long kernel may run after this communicator is gone).
     queue_.abort();
-    DeviceGuard guard(device_);
-    cudaDeviceSynchronize();
+    completion_.leak();
   }
 
   int device() const override { return device_; }

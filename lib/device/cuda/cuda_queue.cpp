@@ -35,6 +35,7 @@ CudaQueue::~CudaQueue() {
   cudaStreamSynchronize(stream_);
   for (auto& [marker, event] : markers_) cudaEventDestroy(event);
   cudaStreamDestroy(stream_);
+  control_.leak();  // the abort word: waits queued on callers' streams may still read it
 }
 
 void CudaQueue::copy(void* dst, const void* src, size_t bytes) {

@@ -108,14 +108,15 @@ __global__ void reduce_many_vectorised(T* dst, Sources sources, int source_count
   for (size_t v = first; v < vectors; v += stride) {
     A acc[kPerVector];
     {
-      uint4 raw = reinterpret_cast<const uint4*>(sources.pointers[0])[v];
+      // .cg loads (L2, not L1): sources are peers' memory, written by other kernels or processes.
+      uint4 raw = __ldcg(reinterpret_cast<const uint4*>(sources.pointers[0]) + v);
       T e[kPerVector];
       memcpy(e, &raw, 16);
 #pragma unroll
       for (int k = 0; k < kPerVector; ++k) acc[k] = widen(e[k]);
     }
     for (int s = 1; s < source_count; ++s) {
-      uint4 raw = reinterpret_cast<const uint4*>(sources.pointers[s])[v];
+      uint4 raw = __ldcg(reinterpret_cast<const uint4*>(sources.pointers[s]) + v);
       T e[kPerVector];
       memcpy(e, &raw, 16);
 #pragma unroll

@@ -26,8 +26,13 @@ IpcPeerMemory::IpcPeerMemory(int device, int local_rank, int local_size, int slo
   check(cudaMalloc(&base, bytes), "cudaMalloc", "peer memory of " + std::to_string(bytes) + " bytes");
   bases_[local_rank_] = static_cast<uint8_t*>(base);
   // Every flag starts at generation 0; peers map this only after handle() was published, which follows.
-  check(cudaMemset(base, 0, header_bytes()), "cudaMemset", "peer memory flags");
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", "peer memory flags");
+  // A stream of its own, never the whole device: a caller's stream may be waiting for this very operation.
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cudaError_t zeroed = cudaMemsetAsync(base, 0, header_bytes(), stream);
+  if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  check(zeroed, "cudaMemsetAsync", "peer memory flags");
 }
 
 IpcPeerMemory::~IpcPeerMemory() {

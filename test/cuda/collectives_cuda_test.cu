@@ -1,0 +1,324 @@
+// Every collective on CUDA device buffers, each rank against the serial reference (test/common/values.hpp),
+// with ranks sharing the machine's GPUs (local rank modulo the device count: on a one-GPU machine they all
+// share it, through CUDA IPC). Layouts: 2, 3 and 4 ranks on one node (intra-node phases on the GPU only) and
+// 2 emulated nodes x 2 ranks (the inter-node phase staged through pinned host memory over libfabric).
+//
+// Stream semantics are checked on the way: each input is written on the caller's stream by a kernel that
+// first idles, so a collective that did not wait for the stream would read the poison underneath; results
+// are read back on the same stream after Work::wait(), which must order the stream without blocking the host.
+//
+// Without a CUDA device it prints SKIPPED and exits 77, which CTest reports as skipped, never as passed.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hiercoll/hiercoll.hpp"
+#include "launcher.hpp"
+#include "values.hpp"
+
+using namespace hiercoll;
+using hiercoll::test::get;
+using hiercoll::test::input_value;
+using hiercoll::test::put;
+
+namespace {
+
+int g_failures = 0;
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::printf("FAIL %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+// Idles for `delay_ns`, then copies: work on the caller's stream that the collective must wait for.
+__global__ void late_copy(uint8_t* dst, const uint8_t* src, size_t bytes, uint64_t delay_ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < delay_ns);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes; i += stride) dst[i] = src[i];
+}
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    check(cudaMalloc(&data_, bytes + 16), "cudaMalloc");
+    check(cudaMemset(data_, 0xff, bytes + 16), "cudaMemset");  // poison: NaN / -1 in every type
+  }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+struct Rank {
+  Communicator comm;
+  cudaStream_t stream = nullptr;
+  int r, n;
+};
+
+std::vector<uint8_t> host_input(int rank, size_t count, DataType type, ReduceOp op, uint32_t seed, size_t first = 0) {
+  std::vector<uint8_t> data(count * dtype_size(type) + 8);
+  for (size_t i = 0; i < count; ++i) put(type, data.data(), i, input_value(rank, first + i, type, op, seed));
+  return data;
+}
+
+// Puts `host` into `dst` on the rank's stream, behind an idle period (see the file comment).
+void write_late(Rank& k, uint8_t* dst, const std::vector<uint8_t>& host, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceBuffer source(bytes);
+  check(cudaMemcpy(source.data(), host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy upload");
+  late_copy<<<64, 256, 0, k.stream>>>(dst, source.data(), bytes, 200000);
+  check(cudaGetLastError(), "late_copy launch");
+  check(cudaStreamSynchronize(k.stream), "cudaStreamSynchronize");  // `source` goes out of scope next
+}
+
+std::vector<uint8_t> read_back(Rank& k, const uint8_t* src, size_t bytes) {
+  std::vector<uint8_t> host(bytes + 8);
+  if (bytes) check(cudaMemcpyAsync(host.data(), src, bytes, cudaMemcpyDeviceToHost, k.stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(k.stream), "cudaStreamSynchronize");
+  return host;
+}
+
+void expect_equal(const std::string& what, DataType type, ReduceOp op, const void* got, size_t i, double want) {
+  double value = get(type, got, i);
+  double tolerance = hiercoll::test::tolerance(type, op, want);
+  if (!(value == want || std::fabs(value - want) <= tolerance) && ++g_failures <= 10) {
+    std::printf("MISMATCH %s element %zu: got %.17g want %.17g\n", what.c_str(), i, value, want);
+  }
+}
+
+std::string name(const char* op, DataType type, ReduceOp reduce_op, size_t count, bool in_place) {
+  return std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) + " count=" + std::to_string(count) +
+         (in_place ? " in-place" : " out-of-place");
+}
+
+void run_allreduce(Rank& k) {
+  CallOptions on{k.stream};
+  uint32_t seed = 1;
+  for (DataType type : hiercoll::test::all_types()) {
+    for (ReduceOp op : hiercoll::test::all_ops()) {
+      if (op == ReduceOp::kAvg && !is_floating(type)) continue;
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{65537}, size_t{300001}}) {
+        for (bool in_place : {false, true}) {
+          ++seed;
+          const size_t bytes = count * dtype_size(type);
+          DeviceBuffer in(bytes), out(bytes);
+          uint8_t* target = in_place ? in.data() : out.data();
+          write_late(k, in.data(), host_input(k.r, count, type, op, seed), bytes);
+          k.comm.allreduce(in.data(), target, count, type, op, on).wait();
+          auto got = read_back(k, target, bytes);
+          std::string what = name("allreduce", type, op, count, in_place);
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(what, type, op, got.data(), i, hiercoll::test::reference_value(k.n, i, type, op, seed));
+          }
+        }
+      }
+    }
+  }
+}
+
+void run_others(Rank& k) {
+  CallOptions on{k.stream};
+  const int n = k.n, r = k.r;
+  uint32_t seed = 1000;
+  for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+    const size_t elem = dtype_size(type);
+    for (size_t count : {size_t{0}, size_t{1}, size_t{4099}}) {
+      ++seed;
+      const ReduceOp op = ReduceOp::kSum;
+      {  // reduce_scatter: rank r gets elements [r*count, (r+1)*count) of the reduction
+        DeviceBuffer in(count * elem * n), out(count * elem);
+        write_late(k, in.data(), host_input(r, count * n, type, op, seed), count * elem * n);
+        k.comm.reduce_scatter(in.data(), out.data(), count, type, op, on).wait();
+        auto got = read_back(k, out.data(), count * elem);
+        for (size_t i = 0; i < count; ++i) {
+          expect_equal(name("reduce_scatter", type, op, count, false), type, op, got.data(), i,
+                       hiercoll::test::reference_value(n, static_cast<size_t>(r) * count + i, type, op, seed));
+        }
+      }
+      {  // allgather: block j comes from rank j
+        DeviceBuffer in(count * elem), out(count * elem * n);
+        write_late(k, in.data(), host_input(r, count, type, op, seed), count * elem);
+        k.comm.allgather(in.data(), out.data(), count, type, on).wait();
+        auto got = read_back(k, out.data(), count * elem * n);
+        for (int j = 0; j < n; ++j) {
+          auto want = host_input(j, count, type, op, seed);
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(name("allgather", type, op, count, false), type, op, got.data(), j * count + i,
+                         get(type, want.data(), i));
+          }
+        }
+      }
+      for (int root : {0, n - 1}) {  // broadcast (in place) and reduce
+        DeviceBuffer data(count * elem);
+        if (r == root) write_late(k, data.data(), host_input(root, count, type, op, seed), count * elem);
+        k.comm.broadcast(data.data(), data.data(), count, type, root, on).wait();
+        auto got = read_back(k, data.data(), count * elem);
+        auto want = host_input(root, count, type, op, seed);
+        for (size_t i = 0; i < count; ++i) {
+          expect_equal(name("broadcast", type, op, count, true), type, op, got.data(), i, get(type, want.data(), i));
+        }
+        DeviceBuffer in(count * elem), out(count * elem);
+        write_late(k, in.data(), host_input(r, count, type, op, seed), count * elem);
+        k.comm.reduce(in.data(), out.data(), count, type, op, root, on).wait();
+        auto reduced = read_back(k, out.data(), count * elem);
+        for (size_t i = 0; r == root && i < count; ++i) {
+          expect_equal(name("reduce", type, op, count, false), type, op, reduced.data(), i,
+                       hiercoll::test::reference_value(n, i, type, op, seed));
+        }
+      }
+      {  // alltoall: block j of rank r's input goes to rank j
+        DeviceBuffer in(count * elem * n), out(count * elem * n);
+        write_late(k, in.data(), host_input(r, count * n, type, op, seed), count * elem * n);
+        k.comm.alltoall(in.data(), out.data(), count, type, on).wait();
+        auto got = read_back(k, out.data(), count * elem * n);
+        for (int j = 0; j < n; ++j) {
+          auto want = host_input(j, count, type, op, seed, static_cast<size_t>(r) * count);
+          for (size_t i = 0; i < count; ++i) {
+            expect_equal(name("alltoall", type, op, count, false), type, op, got.data(), j * count + i,
+                         get(type, want.data(), i));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename Fn>
+void expect_invalid(const std::string& what, const std::string& needle, Fn fn) {
+  try {
+    fn();
+    std::printf("FAIL %s: no error\n", what.c_str());
+    ++g_failures;
+  } catch (const InvalidUsageError& e) {
+    if (std::string(e.what()).find(needle) == std::string::npos) {
+      std::printf("FAIL %s: error without '%s': %s\n", what.c_str(), needle.c_str(), e.what());
+      ++g_failures;
+    }
+  }
+}
+
+void run_semantics(Rank& k) {
+  const size_t count = 1 << 20;
+  DeviceBuffer data(count * 4);
+  std::vector<float> host(count);
+  // Work::wait() on device buffers returns before the operation completes: here the caller's stream holds
+  // 300 ms of idling ahead of the allreduce, which therefore cannot have completed when wait() returns.
+  for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>((i % 13) + k.r);
+  DeviceBuffer source(count * 4);
+  check(cudaMemcpy(source.data(), host.data(), count * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  late_copy<<<64, 256, 0, k.stream>>>(data.data(), source.data(), count * 4, 300000000ull);
+  Work work = k.comm.allreduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum, {k.stream});
+  work.wait();
+  if (work.is_completed()) {
+    std::printf("FAIL Work::wait blocked the host until the device allreduce completed\n");
+    ++g_failures;
+  }
+  std::vector<float> got(count);
+  check(cudaMemcpyAsync(got.data(), data.data(), count * 4, cudaMemcpyDeviceToHost, k.stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(k.stream), "cudaStreamSynchronize");
+  for (size_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int j = 0; j < k.n; ++j) want += static_cast<double>((i % 13) + j);
+    if (got[i] != want && ++g_failures <= 10) std::printf("MISMATCH non-blocking wait element %zu\n", i);
+  }
+  work.wait_for(std::chrono::seconds(60));
+  if (!work.is_completed() || work.error()) {
+    std::printf("FAIL the non-blocking allreduce did not complete cleanly\n");
+    ++g_failures;
+  }
+
+  // Local refusals (no rank communicates): mixed memory kinds, graph capture.
+  std::vector<float> host_buffer(16);
+  expect_invalid("host input, device output", "pass both in one kind of memory", [&] {
+    k.comm.allreduce(host_buffer.data(), data.data(), 16, DataType::kFloat32, ReduceOp::kSum, {k.stream});
+  });
+  cudaStream_t capturing;
+  check(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  expect_invalid("allreduce during graph capture", "CUDA graph", [&] {
+    k.comm.allreduce(data.data(), data.data(), 16, DataType::kFloat32, ReduceOp::kSum, {capturing});
+  });
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(capturing, &graph), "cudaStreamEndCapture");
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(capturing);
+}
+
+int worker() {
+  Rank k{Communicator::from_env()};
+  k.r = k.comm.rank();
+  k.n = k.comm.size();
+  int devices = 0;
+  check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  check(cudaSetDevice(k.comm.layout().local_rank % devices), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  try {
+    run_allreduce(k);
+    run_others(k);
+    run_semantics(k);
+    k.comm.barrier().wait();
+  } catch (const std::exception& e) {
+    std::printf("FAIL exception: %s\n", e.what());
+    return 1;
+  }
+  std::printf("rank %d: %d failures\n", k.r, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "worker") return worker();
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  struct Scenario {
+    const char* name;
+    int ranks;
+    std::vector<int> node_of;
+  };
+  const std::vector<Scenario> scenarios = {{"2 ranks, 1 node", 2, {}},
+                                           {"3 ranks, 1 node", 3, {}},
+                                           {"4 ranks, 1 node", 4, {}},
+                                           {"2 nodes x 2 ranks", 4, hiercoll::test::regular_nodes(2, 2)},
+                                           {"2 nodes x 1 rank (staged)", 2, hiercoll::test::regular_nodes(2, 1)}};
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) {
+    std::printf("FAIL readlink /proc/self/exe\n");
+    return 1;
+  }
+  int failed = 0;
+  for (const auto& s : scenarios) {
+    hiercoll::test::LaunchOptions options;
+    options.env = {{"HIERCOLL_FABRIC_PROVIDER", "tcp"},
+                   {"HIERCOLL_FABRIC_IFACE", "lo"},
+                   {"HIERCOLL_TIMEOUT_MS", "120000"},
+                   {"HIERCOLL_CUDA_PIECE_BYTES", "64K"}};  // many pieces: the pipeline and slot rotation run
+    options.node_of = s.node_of;
+    options.timeout = std::chrono::seconds(900);
+    auto result = hiercoll::test::launch(s.ranks, self, {"worker"}, options);
+    bool ok = result.all_ok();
+    std::printf("%s: %s\n", s.name, ok ? "passed" : "FAILED");
+    if (!ok) {
+      std::printf("%s\n", result.report().c_str());
+      ++failed;
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}
