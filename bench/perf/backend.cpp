@@ -34,6 +34,9 @@ int size_from_env() { return first_env_int("HIERCOLL_WORLD_SIZE", "OMPI_COMM_WOR
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int* argc, char*** argv) {
   if (name == "hiercoll") return make_hiercoll_backend();
+#ifdef HIERCOLL_BENCH_HIERCOLL_CUDA
+  if (name == "hiercoll-cuda") return make_hiercoll_cuda_backend();
+#endif
 #ifdef HIERCOLL_BENCH_MPI
   if (name == "mpi") return make_mpi_backend(argc, argv);
 #endif
@@ -45,6 +48,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int* argc, char**
 #endif
   throw InvalidUsageError("--backend " + name +
                           ": not built in (available: hiercoll"
+#ifdef HIERCOLL_BENCH_HIERCOLL_CUDA
+                          ", hiercoll-cuda"
+#endif
 #ifdef HIERCOLL_BENCH_MPI
                           ", mpi"
 #endif

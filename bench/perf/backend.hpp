@@ -40,10 +40,11 @@ class Backend {
 int rank_from_env();
 int size_from_env();
 
-/// "hiercoll", "mpi", "gloo" or "nccl" (those compiled in; see bench/CMakeLists.txt).
+/// "hiercoll", "hiercoll-cuda" (device buffers), "mpi", "gloo" or "nccl" (those compiled in; see bench/CMakeLists.txt).
 std::unique_ptr<Backend> make_backend(const std::string& name, int* argc, char*** argv);
 
 std::unique_ptr<Backend> make_hiercoll_backend();
+std::unique_ptr<Backend> make_hiercoll_cuda_backend();
 std::unique_ptr<Backend> make_mpi_backend(int* argc, char*** argv);
 std::unique_ptr<Backend> make_gloo_backend();
 std::unique_ptr<Backend> make_nccl_backend();

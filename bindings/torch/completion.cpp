@@ -8,9 +8,11 @@
 
 namespace hiercoll_torch {
 
-WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                           std::vector<at::Tensor> inputs)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
+      inputs_(std::move(inputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 void WorkHiercoll::complete(std::exception_ptr error) {
@@ -20,6 +22,16 @@ void WorkHiercoll::complete(std::exception_ptr error) {
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+}
+
+bool WorkHiercoll::wait(std::chrono::milliseconds timeout) {
+  if (stream_ordered_.empty()) return c10d::Work::wait(timeout);
+  try {
+    for (auto& work : stream_ordered_) work.wait();
+  } catch (...) {
+    std::rethrow_exception(as_torch_error(std::current_exception(), c10d::opTypeToString(retrieveOpType()).c_str()));
+  }
+  return true;
 }
 
 std::exception_ptr as_torch_error(std::exception_ptr error, const char* what) {

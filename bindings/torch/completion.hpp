@@ -16,15 +16,21 @@ namespace hiercoll_torch {
 /// every hiercoll operation behind the call finished and the results are in the caller's tensors.
 class WorkHiercoll : public c10d::Work {
  public:
-  WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  /// `inputs` are only kept alive until the Work goes: hiercoll reads them while it runs.
+  WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs = {});
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
+  /// CUDA tensors hiercoll works on in place: wait() orders the current stream after the operations on the
+  /// device and returns without blocking the host, as ProcessGroupNCCL's does. Others block until complete.
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;  // 0: c10d's "no timeout"
+  void order_streams_after(std::vector<hiercoll::Work> works) { stream_ordered_ = std::move(works); }
   /// Called once, by the completion thread. `error` is null on success.
   void complete(std::exception_ptr error);
 
  private:
-  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> outputs_, inputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::vector<hiercoll::Work> stream_ordered_;
 };
 
 /// One thread per process group that turns finished hiercoll operations into completed c10d Works.

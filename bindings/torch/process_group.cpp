@@ -6,6 +6,9 @@
 #include <numeric>
 
 #include "hiercoll/errors.hpp"
+#ifdef HIERCOLL_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include "torch_store.hpp"
 
 namespace hiercoll_torch {
@@ -73,10 +76,38 @@ void check_rank(int rank, int size, const char* what, const char* op) {
   TORCH_CHECK(rank >= 0 && rank < size, "hiercoll ", op, ": ", what, " ", rank, " is outside the group of ", size);
 }
 
-// The memory hiercoll reads and writes: the tensor itself on CPU, a host copy of a CUDA tensor.
+// CUDA tensors are used in place when hiercoll has its device path and torch has CUDA; otherwise, and for
+// the calls built from point-to-point messages, they are staged through a host copy.
+bool on_device(const at::Tensor& t) {
+#ifdef HIERCOLL_TORCH_CUDA
+  return t.is_cuda() && hiercoll::Communicator::device_buffers_supported();
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+// Device collectives run after the work already on the caller's current stream, as with ProcessGroupNCCL.
+hiercoll::CallOptions stream_of(const at::Tensor& t) {
+  hiercoll::CallOptions options;
+#ifdef HIERCOLL_TORCH_CUDA
+  if (t.is_cuda()) options.stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#else
+  (void)t;
+#endif
+  return options;
+}
+
+// The memory hiercoll reads and writes: the tensor itself on CPU (or on CUDA, see on_device), else a host copy.
 at::Tensor host(const at::Tensor& t) { return t.is_cpu() ? t : t.to(at::kCPU); }
+at::Tensor working(const at::Tensor& t) { return on_device(t) ? t : host(t); }
 void write_back(const at::Tensor& t, const at::Tensor& h) {
-  if (!t.is_cpu()) t.copy_(h);
+  if (!h.is_same(t)) t.copy_(h);
+}
+// What completes a call whose result hiercoll wrote to `h`: nothing if that is `t` itself, else the copy back.
+std::function<void()> staged_result(const at::Tensor& t, const at::Tensor& h) {
+  if (h.is_same(t)) return nullptr;
+  return [t, h] { write_back(t, h); };
 }
 
 // hiercoll's usage errors, raised while a call is issued, reach Python as RuntimeError with the call named.
@@ -103,8 +134,13 @@ ProcessGroupHiercoll::~ProcessGroupHiercoll() = default;
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, std::vector<hiercoll::Work> works,
                                                             std::vector<at::Tensor> outputs,
-                                                            std::function<void()> finish) {
-  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, std::move(outputs));
+                                                            std::function<void()> finish,
+                                                            std::vector<at::Tensor> inputs) {
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs, std::move(inputs));
+  // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
+  bool in_place = !finish && !outputs.empty();
+  for (const auto& t : outputs) in_place = in_place && on_device(t);
+  if (in_place) handle->order_streams_after(works);
   completion_.add({std::move(works), handle, std::move(finish)});
   return handle;
 }
@@ -134,9 +170,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
   return issue("broadcast", [&] {
     at::Tensor t = single(tensors, "broadcast");
     check_rank(opts.rootRank, size_, "root", "broadcast");
-    at::Tensor h = host(t);
-    auto work = comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank);
-    return submit(c10d::OpType::BROADCAST, {work}, tensors, [t, h] { write_back(t, h); });
+    at::Tensor h = working(t);
+    auto work = comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank,
+                                stream_of(t));
+    return submit(c10d::OpType::BROADCAST, {work}, tensors, staged_result(t, h));
   });
 }
 
@@ -144,10 +181,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
                                                                const c10d::AllreduceOptions& opts) {
   return issue("allreduce", [&] {
     at::Tensor t = single(tensors, "allreduce");
-    at::Tensor h = host(t);
+    at::Tensor h = working(t);
     auto work = comm_.allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
-                                reduce_op(opts.reduceOp, t, "allreduce"));
-    return submit(c10d::OpType::ALLREDUCE, {work}, tensors, [t, h] { write_back(t, h); });
+                                reduce_op(opts.reduceOp, t, "allreduce"), stream_of(t));
+    return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged_result(t, h));
   });
 }
 
@@ -180,13 +217,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tens
   return issue("reduce", [&] {
     at::Tensor t = single(tensors, "reduce");
     check_rank(opts.rootRank, size_, "root", "reduce");
-    at::Tensor h = host(t);
+    at::Tensor h = working(t);
     auto work = comm_.reduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
-                             reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank);
+                             reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank, stream_of(t));
     const bool root = opts.rootRank == rank_;
-    return submit(c10d::OpType::REDUCE, {work}, tensors, [t, h, root] {
-      if (root) write_back(t, h);
-    });
+    return submit(c10d::OpType::REDUCE, {work}, tensors, root ? staged_result(t, h) : nullptr, {h});
   });
 }
 
@@ -221,10 +256,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor&
     check_same_kind(input, output, "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == size_ * input.numel(), "hiercoll all_gather_into_tensor: output has ",
                 output.numel(), " elements, expected world size x input = ", size_ * input.numel());
-    at::Tensor hin = host(input);
-    at::Tensor hout = host(output);
-    auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"));
-    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, [output, hout] { write_back(output, hout); });
+    at::Tensor hin = working(input);
+    at::Tensor hout = working(output);
+    auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
+                                stream_of(output));
+    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged_result(output, hout), {hin});
   });
 }
 
@@ -318,13 +354,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Te
     check_same_kind(input, output, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == size_ * output.numel(), "hiercoll reduce_scatter_tensor: input has ", input.numel(),
                 " elements, expected world size x output = ", size_ * output.numel());
-    at::Tensor hin = host(input);
-    at::Tensor hout = host(output);
+    at::Tensor hin = working(input);
+    at::Tensor hout = working(output);
     auto work = comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(),
                                      data_type(output, "reduce_scatter"),
-                                     reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"));
-    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output},
-                  [output, hout, hin] { write_back(output, hout); });
+                                     reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
+    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged_result(output, hout), {hin});
   });
 }
 
@@ -338,19 +373,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& o
     check_same_kind(input, output, "all_to_all_single");
     TORCH_CHECK(input.data_ptr() != output.data_ptr() || input.numel() == 0,
                 "hiercoll all_to_all_single: input and output must be different tensors");
-    at::Tensor hin = host(input);
-    at::Tensor hout = host(output);
-    auto finish = [output, hout, hin] { write_back(output, hout); };
-
     if (input_split_sizes.empty() && output_split_sizes.empty()) {
       TORCH_CHECK(input.numel() % size_ == 0, "hiercoll all_to_all_single: ", input.numel(),
                   " elements do not split evenly over ", size_, " ranks");
       TORCH_CHECK(output.numel() == input.numel(), "hiercoll all_to_all_single: output has ", output.numel(),
                   " elements, input ", input.numel());
-      auto work = comm_.alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_,
-                                 data_type(input, "alltoall"));
-      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, finish);
+      at::Tensor hin = working(input), hout = working(output);
+      auto work = comm_.alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_, data_type(input, "alltoall"),
+                                 stream_of(output));
+      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged_result(output, hout), {hin});
     }
+
+    at::Tensor hin = host(input);
+    at::Tensor hout = host(output);
+    auto finish = [output, hout, hin] { write_back(output, hout); };
 
     // Uneven splits, along the first dimension, as torch.distributed.all_to_all_single defines them.
     auto splits = [&](std::vector<int64_t> sizes, const at::Tensor& t, const char* which) {

@@ -10,8 +10,10 @@ namespace hiercoll_torch {
 /// torch.distributed backend "hiercoll": each c10d call becomes hiercoll operations on one Communicator.
 /// Calls return at once; the Work (and its future) completes on the completion thread.
 ///
-/// CPU tensors are used in place. CUDA tensors are staged through host memory until hiercoll's device
-/// path lands (the staging copy is synchronous with the caller's current stream).
+/// CPU tensors are used in place. CUDA tensors are used in place too, ordered after the caller's current stream,
+/// when hiercoll has its device path (HIERCOLL_WITH_CUDA) and torch has CUDA: allreduce, broadcast, reduce,
+/// all_gather_into_tensor, reduce_scatter_tensor and even all_to_all_single; the calls built from point-to-point
+/// messages (gather, scatter, uneven all_to_all, send/recv) and list forms stage them through host memory.
 class ProcessGroupHiercoll : public compat::BackendBase {
  public:
   ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size, std::chrono::milliseconds timeout);
@@ -58,7 +60,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
 
  private:
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,
-                                        std::vector<at::Tensor> outputs, std::function<void()> finish = {});
+                                        std::vector<at::Tensor> outputs, std::function<void()> finish = {},
+                                        std::vector<at::Tensor> inputs = {});
   // Point-to-point exchanges inside one collective (alltoall, gather, scatter) on a tag users cannot pick.
   std::vector<hiercoll::Work> exchange(const std::vector<at::Tensor>& to_peer, const std::vector<at::Tensor>& from_peer);
 

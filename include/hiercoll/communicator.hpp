@@ -113,10 +113,15 @@ class HIERCOLL_API Communicator {
   Work send(const void* buf, size_t count, DataType type, int peer, uint32_t tag = 0);
   Work recv(void* buf, size_t count, DataType type, int peer, uint32_t tag = 0);
 
+  /// True if this build takes CUDA device buffers (HIERCOLL_WITH_CUDA); without, device pointers are not
+  /// recognised and must be staged through host memory by the caller.
+  static bool device_buffers_supported();
+
   /// Fails every pending operation and closes the endpoint without waiting for peers.
   void abort();
-  /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd" or "hier".
-  std::string allreduce_algorithm(size_t bytes) const;
+  /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd" or "hier" (on device buffers: "hier"
+  /// runs on the GPUs, the others on a staged host copy).
+  std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;
   /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
   const Layout& layout() const;
 

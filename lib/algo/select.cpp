@@ -99,6 +99,11 @@ AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierar
   }
 }
 
+AllreduceAlgo AllreduceSelector::choose_for_device(size_t bytes) const {
+  if (forced_) return forced_algo_;
+  return hierarchy_ready_ ? AllreduceAlgo::kHierarchical : choose(bytes);
+}
+
 AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
   if (forced_) return forced_algo_;
   double size = static_cast<double>(bytes);

@@ -41,6 +41,9 @@ class AllreduceSelector {
   AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready);
   /// The algorithm for an allreduce of `bytes`: forced by HIERCOLL_ALGO, else the cheapest eligible.
   AllreduceAlgo choose(size_t bytes) const;
+  /// The same for device buffers: hierarchical whenever eligible (the intra-node phases run on the GPUs and only
+  /// 1/L of the data crosses host memory), unless HIERCOLL_ALGO forces another.
+  AllreduceAlgo choose_for_device(size_t bytes) const;
   bool hierarchical_eligible() const { return hierarchy_ready_; }
   const CostModel& model() const { return model_; }
 

@@ -183,10 +183,10 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
   check_overlap("allreduce", in, bytes, out, bytes, out);
   const Buffers buffers{in, bytes, out, bytes};
   const bool on_device = device_of("allreduce", buffers) >= 0;
-  // Device buffers take the hierarchical path whenever the layout has one: the intra-node phases run on the
-  // GPUs and only 1/L of the data is staged through host memory for the network.
-  const bool device_hier = on_device && impl_->hierarchical_eligible();
-  auto algo = device_hier ? algo::AllreduceAlgo::kHierarchical : impl_->choose_allreduce(bytes);
+  auto algo = impl_->choose_allreduce(bytes, on_device);
+  // On device buffers the hierarchical allreduce runs its intra-node phases on the GPUs; the flat algorithms
+  // run on a staged host copy.
+  const bool device_hier = on_device && algo == algo::AllreduceAlgo::kHierarchical;
   std::string what = describe("allreduce", count, type) + " " + to_string(op) + " [" + algo::to_string(algo) +
                      (on_device ? ", device" : "") + "]";
   algo::Hierarchy* hierarchy = &impl_->hierarchy();
@@ -315,8 +315,10 @@ Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32
 
 void Communicator::abort() { impl_->abort(); }
 
-std::string Communicator::allreduce_algorithm(size_t bytes) const {
-  return algo::to_string(impl_->choose_allreduce(bytes));
+bool Communicator::device_buffers_supported() { return core::device_path_built(); }
+
+std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers) const {
+  return algo::to_string(impl_->choose_allreduce(bytes, device_buffers));
 }
 
 const Layout& Communicator::layout() const { return impl_->layout(); }

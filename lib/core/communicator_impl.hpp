@@ -57,13 +57,13 @@ class CommunicatorImpl {
                                  StreamHandle stream, std::function<void(algo::Channel&, DevicePath&)> body);
   /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); progress thread only.
   algo::NodeMemory& device_node_memory(algo::Channel& ch, DevicePath& path);
-  /// Whether the hierarchical allreduce can run here (regular layout, several ranks per node).
-  bool hierarchical_eligible() const { return selector_->hierarchical_eligible(); }
   /// Posts a point-to-point request on the progress thread; the Work completes with the request.
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
   void abort();
-  algo::AllreduceAlgo choose_allreduce(size_t bytes) const { return selector_->choose(bytes); }
+  algo::AllreduceAlgo choose_allreduce(size_t bytes, bool device = false) const {
+    return device ? selector_->choose_for_device(bytes) : selector_->choose(bytes);
+  }
   uint16_t context() const { return context_; }
   const Layout& layout() const { return layout_; }
   algo::Hierarchy& hierarchy() { return hierarchy_; }

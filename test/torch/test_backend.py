@@ -43,6 +43,15 @@ def test_ddp_training_matches_gloo(size, hook, tmp_path):
     assert not torch.allclose(results["hiercoll"][0]["0.weight"], initial)
 
 
+@pytest.mark.parametrize("size", [2, 4])
+def test_cuda_tensors_in_place(size):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: CUDA tensors are checked by scripts/gpu-check.sh on a GPU machine")
+    outputs = run_ranks(size, "worker_cuda.py", timeout=600)
+    for out in outputs:
+        assert " 0 failed" in out, out
+
+
 def test_torchrun_launch():
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not installed")
     port = free_port()
