@@ -4,7 +4,8 @@
 #
 #   scripts/gpu-check.sh prepare   here (Debian, network): download the .deb files into .debs/
 #   scripts/gpu-check.sh run       on the GPU machine (carry .debs): build with HIERCOLL_WITH_CUDA=ON, run the
-#                                  CUDA tests and the kernel bandwidth benchmark; results under ${OUT:-gpu-out}
+#                                  CUDA tests (C++ and torch), the kernel bandwidth benchmark and allreduce_perf
+#                                  on device buffers (hiercoll and NCCL); results under ${OUT:-gpu-out}
 #
 # With the device tool: run(command="scripts/gpu-check.sh run", carry=[".debs"]).
 set -euo pipefail
@@ -27,12 +28,48 @@ run() {
   export PKG_CONFIG_PATH=$root/usr/lib/x86_64-linux-gnu/pkgconfig:$root/usr/share/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=$root
   export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export FI_PROVIDER_PATH=$root/usr/lib/x86_64-linux-gnu/libfabric
+  export HIERCOLL_FABRIC_PROVIDER=tcp HIERCOLL_FABRIC_IFACE=lo
+  local status=0
+  note() { echo "gpu-check: $*" | tee -a "$out/summary.txt"; }
   nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHIERCOLL_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$root/usr" \
         -DHIERCOLL_WITH_TORCH="${WITH_TORCH:-ON}" 2>&1 | tee "$out/configure.txt"
-  cmake --build build-gpu -j "$(nproc)" 2>&1 | tail -50 | tee "$out/build.txt"
-  (cd build-gpu && ctest -L cuda --output-on-failure) 2>&1 | tee "$out/ctest-cuda.txt"
-  build-gpu/bench/hiercoll_cuda_reduce_bandwidth 256 2>&1 | tee "$out/reduce-bandwidth.txt"
+  if ! cmake --build build-gpu -j "$(nproc)" > "$out/build.txt" 2>&1; then
+    tail -50 "$out/build.txt"
+    note "build FAILED (see build.txt)"
+    return 1
+  fi
+
+  # 1. CUDA tests: device kernels vs host kernels; every collective on device buffers, 2-4 ranks on the GPU.
+  if (cd build-gpu && ctest -L cuda --output-on-failure) > "$out/ctest-cuda.txt" 2>&1; then note "ctest -L cuda passed"
+  else note "ctest -L cuda FAILED (see ctest-cuda.txt)"; status=1; fi
+  # 2. The torch backend on CUDA tensors and DDP on a CUDA model (2 and 4 processes sharing the GPU).
+  if [ -d build-gpu/python/hiercoll_torch ]; then
+    if PYTHONPATH=$PWD/build-gpu/python python3 -m pytest -q -p no:cacheprovider test/torch/test_backend.py -k cuda \
+         > "$out/pytest-cuda.txt" 2>&1; then note "torch CUDA tests passed"
+    else note "torch CUDA tests FAILED (see pytest-cuda.txt)"; status=1; fi
+  else
+    note "torch binding not built (see configure.txt): torch CUDA tests not run"
+  fi
+  # 3. Kernel bandwidth as a fraction of a device-to-device copy, same run, same buffers.
+  build-gpu/bench/hiercoll_cuda_reduce_bandwidth 256 > "$out/reduce-bandwidth.txt" 2>&1 || status=1
+  cat "$out/reduce-bandwidth.txt"
+  # 4. Allreduce on device buffers (nccl-tests conventions): hiercoll on 1, 2 and 4 ranks sharing the GPU,
+  #    NCCL beside it where it runs (NCCL refuses two ranks on one GPU, so 1 rank per GPU present).
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  for n in 1 2 4; do
+    build-gpu/tools/hiercoll_launch -n "$n" --timeout 600 -- build-gpu/bench/allreduce_perf --backend hiercoll-cuda \
+      -b 8K -e 256M -f 4 -n 20 -w 5 > "$out/allreduce-hiercoll-cuda-$n.txt" 2>&1 || status=1
+  done
+  for n in 1 "$gpus"; do
+    [ "$n" -ge 1 ] || continue
+    build-gpu/tools/hiercoll_launch -n "$n" --timeout 600 -- build-gpu/bench/allreduce_perf --backend nccl \
+      -b 8K -e 256M -f 4 -n 20 -w 5 > "$out/allreduce-nccl-$n.txt" 2>&1 || true
+  done
+  tail -n 4 "$out"/allreduce-*.txt
+  return $status
 }
 
 case "${1:-}" in

@@ -1,6 +1,7 @@
 // Device reduction kernel bandwidth against a device-to-device copy on the same GPU and buffers.
 // Traffic counted as in the host micro-benchmark: reduce reads 2 and writes 1 buffer, a copy reads 1 and
-// writes 1. Prints GB/s of traffic and the kernel's fraction of the copy's rate.
+// writes 1; the multi-source kernel of the hierarchical allreduce (reduce_many) reads L and writes 1.
+// Prints GB/s of traffic and the kernel's fraction of the copy's rate.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -38,12 +39,14 @@ double seconds_per_call(F&& call, int reps) {
 int main(int argc, char** argv) {
   const size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256ull) << 20;
   const int reps = 20;
-  void *a, *b, *d;
-  check(cudaMalloc(&a, bytes), "cudaMalloc");
-  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  constexpr int kMaxSources = 8;
+  void* sources[kMaxSources];
+  for (auto& p : sources) {
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    check(cudaMemset(p, 0, bytes), "memset");
+  }
+  void *a = sources[0], *b = sources[1], *d;
   check(cudaMalloc(&d, bytes), "cudaMalloc");
-  check(cudaMemset(a, 0, bytes), "memset");
-  check(cudaMemset(b, 0, bytes), "memset");
   const double copy_s = seconds_per_call([&] { check(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice), "copy"); }, reps);
   const double copy_gbs = 2.0 * bytes / copy_s / 1e9;
   std::printf("# %zu MiB buffers; traffic GB/s (reduce: 3 x bytes, copy: 2 x bytes)\n", bytes >> 20);
@@ -53,6 +56,17 @@ int main(int argc, char** argv) {
     const double s = seconds_per_call([&] { reduce::cuda::reduce(d, a, b, count, type, ReduceOp::kSum, nullptr); }, reps);
     const double gbs = 3.0 * bytes / s / 1e9;
     std::printf("reduce sum %-17s %10.1f GB/s  %.2f\n", to_string(type), gbs, gbs / copy_gbs);
+  }
+  for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+    for (int n : {2, 4, 8}) {
+      const size_t count = bytes / dtype_size(type);
+      const double s = seconds_per_call(
+          [&] { reduce::cuda::reduce_many(d, sources, n, count, type, ReduceOp::kSum, nullptr); }, reps);
+      const double gbs = (n + 1.0) * bytes / s / 1e9;
+      char label[64];
+      std::snprintf(label, sizeof(label), "reduce_many %d x %s", n, to_string(type));
+      std::printf("%-28s %10.1f GB/s  %.2f\n", label, gbs, gbs / copy_gbs);
+    }
   }
   return 0;
 }

@@ -16,7 +16,14 @@ using device::cuda::check;
 using device::cuda::DeviceGuard;
 
 Location locate(const void* pointer) {
-  if (pointer == nullptr) return {};
+  // Asked once: without a driver or a device every pointer is host memory, and asking again costs each call.
+  static const bool have_devices = [] {
+    int devices = 0;
+    bool found = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+    cudaGetLastError();
+    return found;
+  }();
+  if (pointer == nullptr || !have_devices) return {};
   cudaPointerAttributes attributes{};
   cudaError_t err = cudaPointerGetAttributes(&attributes, pointer);
   if (err != cudaSuccess) {

@@ -2,6 +2,7 @@
 // misaligned buffers, in place. Exits 77 (CTest: skipped, shown as such) when no CUDA device is present.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -73,6 +74,80 @@ void run_case(DataType type, ReduceOp op, size_t count, size_t offset, bool in_p
   }
 }
 
+// The multi-source kernel (reduce_many): the reference folds the sources in order in the arithmetic the kernel
+// documents: fp16/bf16 accumulated in fp32 and rounded once per launch of up to kMaxSources sources (the host
+// kernels, which round after every pair, give it for the other types).
+std::vector<uint8_t> fold_reference(const std::vector<std::vector<uint8_t>>& sources, size_t count, DataType type,
+                                    ReduceOp op) {
+  const size_t size = dtype_size(type);
+  std::vector<uint8_t> out = sources[0];
+  const bool half = type == DataType::kFloat16, bf16 = type == DataType::kBFloat16;
+  if (!half && !bf16) {
+    for (size_t k = 1; k < sources.size(); ++k) reduce::reduce(out.data(), out.data(), sources[k].data(), count, type, op);
+    return out;
+  }
+  auto to_float = [&](const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return half ? reduce::half_to_float(v) : reduce::bf16_to_float(v);
+  };
+  auto from_float = [&](float f) { return half ? reduce::float_to_half(f) : reduce::float_to_bf16(f); };
+  for (size_t i = 0; i < count; ++i) {
+    size_t taken = 0;
+    float acc = 0;
+    while (taken < sources.size()) {
+      // One launch: the running result (after the first) and then up to kMaxSources sources in all.
+      int in_batch = 0;
+      if (taken > 0) {
+        acc = to_float(out.data() + i * size);
+        ++in_batch;
+      }
+      for (; in_batch < reduce::cuda::kMaxSources && taken < sources.size(); ++in_batch, ++taken) {
+        float x = to_float(sources[taken].data() + i * size);
+        if (taken == 0) acc = x;
+        else if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc = acc + x;
+        else if (op == ReduceOp::kProd) acc = acc * x;
+        else if (op == ReduceOp::kMin) acc = std::fmin(acc, x);
+        else acc = std::fmax(acc, x);
+      }
+      uint16_t rounded = from_float(acc);
+      std::memcpy(out.data() + i * size, &rounded, 2);
+    }
+  }
+  return out;
+}
+
+void run_many_case(DataType type, ReduceOp op, size_t count, int n, bool misaligned, std::mt19937& rng) {
+  const size_t size = dtype_size(type), shift = misaligned ? size : 0, bytes = count * size + 16;
+  std::vector<std::vector<uint8_t>> host;
+  std::vector<void*> allocations;
+  std::vector<const void*> sources;
+  for (int k = 0; k < n; ++k) {
+    host.push_back(random_bytes(count, type, rng));
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    allocations.push_back(p);
+    sources.push_back(static_cast<uint8_t*>(p) + shift);
+    check(cudaMemcpy(static_cast<uint8_t*>(p) + shift, host.back().data(), count * size, cudaMemcpyHostToDevice),
+          "copy source");
+  }
+  void* d = nullptr;
+  check(cudaMalloc(&d, bytes), "cudaMalloc");
+  reduce::cuda::reduce_many(static_cast<uint8_t*>(d) + shift, sources.data(), n, count, type, op, nullptr);
+  check(cudaDeviceSynchronize(), "reduce_many");
+  std::vector<uint8_t> got(count * size);
+  check(cudaMemcpy(got.data(), static_cast<uint8_t*>(d) + shift, count * size, cudaMemcpyDeviceToHost), "copy result");
+  for (void* p : allocations) cudaFree(p);
+  cudaFree(d);
+  auto expected = fold_reference(host, count, type, op);
+  expected.resize(count * size);
+  if (got != expected) {
+    ++failures;
+    std::fprintf(stderr, "MISMATCH reduce_many %s %s count=%zu sources=%d misaligned=%d\n", to_string(type),
+                 to_string(op), count, n, misaligned);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -91,6 +166,19 @@ int main() {
       for (size_t count : {size_t{1}, size_t{7}, size_t{4096}, size_t{1000003}}) {
         for (size_t offset : {size_t{0}, size_t{1}}) {
           run_case(type, op, count, offset, offset == 0 && count == 4096, rng);
+          ++cases;
+        }
+      }
+    }
+  }
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      const auto type = static_cast<DataType>(t);
+      const auto op = static_cast<ReduceOp>(o);
+      if (op == ReduceOp::kAvg && !is_floating(type)) continue;
+      for (int n : {1, 2, 3, 8, 17}) {
+        for (size_t count : {size_t{1}, size_t{4099}, size_t{262147}}) {
+          run_many_case(type, op, count, n, count == 4099, rng);
           ++cases;
         }
       }
