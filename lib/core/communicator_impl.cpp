@@ -165,6 +165,15 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
                                             cost_model_.shm_piece_bytes);
     }
     host_memory_.peers = arena_.get();
+    if (env_int("HIERCOLL_NET_STAGING", 0) != 0 && layout_.node_count > 1) {
+      // The inter-node phase works on buffers of ours rather than on the caller's: on providers that register
+      // memory (EFA), these are registered once instead of every caller buffer. It is the device path's flow.
+      const size_t bytes = cost_model_.shm_piece_bytes / static_cast<size_t>(layout_.local_size) + 128;
+      for (int s = 0; s < algo::kHierBufferSets; ++s) {
+        host_staging_[s].assign((bytes + 7) / 8, 0);
+        host_memory_.network_staging[s] = reinterpret_cast<uint8_t*>(host_staging_[s].data());
+      }
+    }
     network_worker_ = std::make_unique<algo::BackgroundWorker>();
     hierarchy_.network = network_worker_.get();
   }
@@ -243,7 +252,6 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
                                                  StreamHandle stream,
                                                  std::function<void(algo::Channel&, DevicePath&)> body) {
   std::shared_ptr<DevicePath> path;
-  uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(device_mutex_);
     if (!device_) device_ = DevicePath::create(device, device_piece_bytes_);
@@ -255,10 +263,10 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
     path = device_;
   }
   EventHandle event = path->order_after_caller(stream, what);
-  {
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    ticket = ++device_tickets_;  // in push order: tickets finish in the order they are issued
-  }
+  // The ticket is taken and the operation queued under one lock: tickets must finish in the order they are
+  // handed out, or a caller stream waiting for ticket t could be released by t+1.
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  const uint64_t ticket = ++device_tickets_;
   Op op;
   op.what = what;
   op.run = [this, what, descriptor, path, event, ticket, body = std::move(body)](const std::shared_ptr<WorkState>&) {
@@ -280,12 +288,10 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
     path->discard(event);
     path->finish(ticket, {algo::Clock::now() + options_.timeout, &aborted_, what}, true);
   };
-  auto order = std::make_shared<TicketOrder>(path, stream, ticket, options_.timeout);
   try {
-    return push(std::move(op), order);
+    return push(std::move(op), std::make_shared<TicketOrder>(path, stream, ticket, options_.timeout));
   } catch (...) {
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    if (ticket == device_tickets_) --device_tickets_;
+    --device_tickets_;
     path->discard(event);
     throw;
   }

@@ -106,6 +106,7 @@ class CommunicatorImpl {
   algo::Hierarchy hierarchy_;
   device::HostQueue host_queue_;
   algo::NodeMemory host_memory_;  // shared memory through arena_, for host buffers
+  std::vector<uint64_t> host_staging_[algo::kHierBufferSets];  // HIERCOLL_NET_STAGING=1
   std::mutex device_mutex_;          // guards device_ and device_tickets_ against concurrent callers
   std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call
   uint64_t device_tickets_ = 0;
