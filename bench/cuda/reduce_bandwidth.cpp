@@ -47,13 +47,16 @@ int main(int argc, char** argv) {
   }
   void *a = sources[0], *b = sources[1], *d;
   check(cudaMalloc(&d, bytes), "cudaMalloc");
-  const double copy_s = seconds_per_call([&] { check(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice), "copy"); }, reps);
+  const double copy_s =
+      seconds_per_call([&] { check(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice), "copy"); }, reps);
   const double copy_gbs = 2.0 * bytes / copy_s / 1e9;
   std::printf("# %zu MiB buffers; traffic GB/s (reduce: 3 x bytes, copy: 2 x bytes)\n", bytes >> 20);
   std::printf("%-28s %10.1f GB/s  1.00\n", "cudaMemcpy D2D", copy_gbs);
-  for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kFloat64, DataType::kInt32}) {
+  for (DataType type :
+       {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kFloat64, DataType::kInt32}) {
     const size_t count = bytes / dtype_size(type);
-    const double s = seconds_per_call([&] { reduce::cuda::reduce(d, a, b, count, type, ReduceOp::kSum, nullptr); }, reps);
+    const double s =
+        seconds_per_call([&] { reduce::cuda::reduce(d, a, b, count, type, ReduceOp::kSum, nullptr); }, reps);
     const double gbs = 3.0 * bytes / s / 1e9;
     std::printf("reduce sum %-17s %10.1f GB/s  %.2f\n", to_string(type), gbs, gbs / copy_gbs);
   }

@@ -53,9 +53,7 @@ class HiercollCudaBackend final : public Backend {
     last_.wait();
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
-  std::string algorithm(size_t bytes) const override {
-    return comm_.allreduce_algorithm(bytes, true);
-  }
+  std::string algorithm(size_t bytes) const override { return comm_.allreduce_algorithm(bytes, true); }
 
  private:
   Communicator comm_;

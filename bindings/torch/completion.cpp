@@ -8,8 +8,7 @@
 
 namespace hiercoll_torch {
 
-WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-                           std::vector<at::Tensor> inputs)
+WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       inputs_(std::move(inputs)),

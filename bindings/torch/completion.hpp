@@ -63,8 +63,8 @@ class CompletionThread {
   std::condition_variable wake_;
   std::deque<Pending> pending_;
   bool stopping_ = false;
-  bool settling_ = false;   // inside settle(), outside the lock
-  bool quiesced_ = false;   // exit has begun: settle nothing more
+  bool settling_ = false;  // inside settle(), outside the lock
+  bool quiesced_ = false;  // exit has begun: settle nothing more
   std::condition_variable idle_;
   std::thread thread_;
 };

@@ -171,8 +171,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
     at::Tensor t = single(tensors, "broadcast");
     check_rank(opts.rootRank, size_, "root", "broadcast");
     at::Tensor h = working(t);
-    auto work = comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank,
-                                stream_of(t));
+    auto work =
+        comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank, stream_of(t));
     return submit(c10d::OpType::BROADCAST, {work}, tensors, staged_result(t, h));
   });
 }
@@ -188,8 +188,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                         const c10d::AllreduceCoalescedOptions& opts) {
   return issue("allreduce_coalesced", [&] {
     TORCH_CHECK(!tensors.empty(), "hiercoll allreduce_coalesced: no tensors");
     std::vector<at::Tensor> flat;
@@ -199,9 +199,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(
       flat.push_back(host(t).reshape({-1}));
     }
     at::Tensor fused = at::cat(flat);
-    auto work = comm_.allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(),
-                                data_type(tensors[0], "allreduce_coalesced"),
-                                reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
+    auto work =
+        comm_.allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(), data_type(tensors[0], "allreduce_coalesced"),
+                        reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
     return submit(c10d::OpType::ALLREDUCE_COALESCED, {work}, tensors, [tensors, fused] {
       int64_t offset = 0;
       for (const auto& t : tensors) {
@@ -254,8 +254,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor&
     check_tensor(input, "all_gather_into_tensor");
     check_tensor(output, "all_gather_into_tensor");
     check_same_kind(input, output, "all_gather_into_tensor");
-    TORCH_CHECK(output.numel() == size_ * input.numel(), "hiercoll all_gather_into_tensor: output has ",
-                output.numel(), " elements, expected world size x input = ", size_ * input.numel());
+    TORCH_CHECK(output.numel() == size_ * input.numel(), "hiercoll all_gather_into_tensor: output has ", output.numel(),
+                " elements, expected world size x input = ", size_ * input.numel());
     at::Tensor hin = working(input);
     at::Tensor hout = working(output);
     auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
@@ -356,9 +356,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Te
                 " elements, expected world size x output = ", size_ * output.numel());
     at::Tensor hin = working(input);
     at::Tensor hout = working(output);
-    auto work = comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(),
-                                     data_type(output, "reduce_scatter"),
-                                     reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
+    auto work =
+        comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
+                             reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
     return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged_result(output, hout), {hin});
   });
 }
@@ -398,8 +398,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& o
       }
       TORCH_CHECK(static_cast<int>(sizes.size()) == size_, "hiercoll all_to_all_single: ", which, " split sizes have ",
                   sizes.size(), " entries, the group has ", size_, " ranks");
-      TORCH_CHECK(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == rows, "hiercoll all_to_all_single: ",
-                  which, " split sizes do not add up to its ", rows, " rows");
+      TORCH_CHECK(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == rows,
+                  "hiercoll all_to_all_single: ", which, " split sizes do not add up to its ", rows, " rows");
       std::vector<at::Tensor> parts;
       const int64_t row_elements = rows == 0 ? 0 : t.numel() / rows;
       int64_t offset = 0;
@@ -469,8 +469,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<a
   TORCH_CHECK(false, "hiercoll recv: receiving from any source is not supported; pass src=");
 }
 
-c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                       int size, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                       std::chrono::milliseconds timeout) {
   return issue("init_process_group", [&] {
     TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
                 " is outside a group of ", size);

@@ -33,8 +33,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -63,7 +63,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
                                         std::vector<at::Tensor> outputs, std::function<void()> finish = {},
                                         std::vector<at::Tensor> inputs = {});
   // Point-to-point exchanges inside one collective (alltoall, gather, scatter) on a tag users cannot pick.
-  std::vector<hiercoll::Work> exchange(const std::vector<at::Tensor>& to_peer, const std::vector<at::Tensor>& from_peer);
+  std::vector<hiercoll::Work> exchange(const std::vector<at::Tensor>& to_peer,
+                                       const std::vector<at::Tensor>& from_peer);
 
   hiercoll::Communicator comm_;
   CompletionThread completion_;  // declared after comm_: destroyed first, so pending calls drain before the comm goes

@@ -97,13 +97,15 @@ class HIERCOLL_API Communicator {
   /// out[i] = op over ranks of in[i], count elements on every rank.
   Work allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, const CallOptions& options = {});
   /// Rank r receives the reduction of elements [r*recv_count, (r+1)*recv_count) of every rank's input.
-  Work reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op, const CallOptions& options = {});
+  Work reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op,
+                      const CallOptions& options = {});
   /// out holds size()*send_count elements: rank r's input at offset r*send_count.
   Work allgather(const void* in, void* out, size_t send_count, DataType type, const CallOptions& options = {});
   /// root's `in` reaches every rank's `out` (root may pass in == out; others' `in` is ignored).
   Work broadcast(const void* in, void* out, size_t count, DataType type, int root, const CallOptions& options = {});
   /// The reduction reaches root's `out` only; other ranks' `out` is not written.
-  Work reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root, const CallOptions& options = {});
+  Work reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
+              const CallOptions& options = {});
   /// Block j of `in` (count_per_rank elements) goes to rank j; block i of `out` comes from rank i.
   Work alltoall(const void* in, void* out, size_t count_per_rank, DataType type, const CallOptions& options = {});
   Work barrier();

@@ -30,7 +30,7 @@ struct Hierarchy {
   int node = 0;           ///< index of this rank in `rail`
   int local_rank = 0, local_size = 1;
   size_t small_message_bytes = 64 << 10;  ///< the inter-node phase uses recursive doubling up to this size
-  BackgroundWorker* network = nullptr;  ///< runs the inter-node phase beside the intra-node phases
+  BackgroundWorker* network = nullptr;    ///< runs the inter-node phase beside the intra-node phases
 };
 
 }  // namespace hiercoll::algo

@@ -77,8 +77,9 @@ void check_rank(const char* op, const char* what, int rank, int size) {
 // Point-to-point runs beside the collectives on the progress thread, with no stream to order it by.
 void check_host(const char* op, const void* buffer, size_t bytes) {
   if (bytes != 0 && locate(buffer).kind != device::MemoryKind::kHost) {
-    throw InvalidUsageError(std::string(op) + ": device buffers are not supported for point-to-point yet; copy to "
-                                              "host memory (the torch binding stages them)");
+    throw InvalidUsageError(std::string(op) +
+                            ": device buffers are not supported for point-to-point yet; copy to "
+                            "host memory (the torch binding stages them)");
   }
 }
 
@@ -159,10 +160,9 @@ Work run(CommunicatorImpl& impl, const char* op, std::string what, const algo::O
          const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceBody device_body = nullptr) {
   const int device = device_of(op, buffers);
   if (device < 0) {
-    return impl.enqueue_collective(std::move(what), descriptor, [buffers, body = std::move(host_body)](
-                                                                      algo::Channel& ch) {
-      body(ch, buffers.in, buffers.out);
-    });
+    return impl.enqueue_collective(
+        std::move(what), descriptor,
+        [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); });
   }
   return impl.enqueue_device_collective(
       std::move(what), descriptor, device, options.stream,
@@ -209,7 +209,8 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
       algo::allreduce_hier(ch, *hierarchy, impl->device_node_memory(ch, path), in, out, count, type, op);
     };
   }
-  return run(*impl_, "allreduce", what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host, device);
+  return run(*impl_, "allreduce", what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host,
+             device);
 }
 
 Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op,
@@ -235,10 +236,10 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
   check_buffer("allgather", "output", out, out_bytes, type);
   check_overlap("allgather", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
-  return run(*impl_, "allgather", describe("allgather", send_count, type), op_descriptor(core::kOpAllgather, send_count, type),
-             {in, in_bytes, out, out_bytes}, options, [=](algo::Channel& ch, const void* from, void* to) {
-               algo::allgather_ring(ch, from, to, send_count, type);
-             });
+  return run(
+      *impl_, "allgather", describe("allgather", send_count, type), op_descriptor(core::kOpAllgather, send_count, type),
+      {in, in_bytes, out, out_bytes}, options,
+      [=](algo::Channel& ch, const void* from, void* to) { algo::allgather_ring(ch, from, to, send_count, type); });
 }
 
 Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
@@ -264,11 +265,10 @@ Work Communicator::reduce(const void* in, void* out, size_t count, DataType type
     check_buffer("reduce", "output", out, bytes, type);
     check_overlap("reduce", in, bytes, out, bytes, out);
   }
-  return run(*impl_, "reduce", describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
-             op_descriptor(core::kOpReduce, count, type, op, root), {in, bytes, out, rank() == root ? bytes : 0},
-             options, [=](algo::Channel& ch, const void* from, void* to) {
-               algo::reduce_chain(ch, from, to, count, type, op, root);
-             });
+  return run(
+      *impl_, "reduce", describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
+      op_descriptor(core::kOpReduce, count, type, op, root), {in, bytes, out, rank() == root ? bytes : 0}, options,
+      [=](algo::Channel& ch, const void* from, void* to) { algo::reduce_chain(ch, from, to, count, type, op, root); });
 }
 
 Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, DataType type,

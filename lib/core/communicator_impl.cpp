@@ -308,8 +308,9 @@ algo::NodeMemory& CommunicatorImpl::device_node_memory(algo::Channel& ch, Device
     try {
       store_->wait(keys, std::max(left, std::chrono::milliseconds(1)));
     } catch (const TimeoutError&) {
-      throw TimeoutError(ch.what() + ": not every local rank published its CUDA IPC handle (did every rank pass "
-                                     "device buffers to this collective?)");
+      throw TimeoutError(ch.what() +
+                         ": not every local rank published its CUDA IPC handle (did every rank pass "
+                         "device buffers to this collective?)");
     }
     std::vector<std::vector<uint8_t>> handles;
     for (const auto& key : keys) handles.push_back(store_->get(key));

@@ -74,7 +74,7 @@ class CommunicatorImpl {
     std::string what;
     std::function<void(const std::shared_ptr<WorkState>&)> run;
     std::shared_ptr<WorkState> state;
-    bool completes_later = false;  // point-to-point: finished by poll_p2p, not when run returns
+    bool completes_later = false;   // point-to-point: finished by poll_p2p, not when run returns
     std::function<void()> skipped;  // device work: releases what the caller's thread prepared if run never runs
   };
   struct PendingP2P {
@@ -105,9 +105,9 @@ class CommunicatorImpl {
   std::unique_ptr<algo::BackgroundWorker> network_worker_;
   algo::Hierarchy hierarchy_;
   device::HostQueue host_queue_;
-  algo::NodeMemory host_memory_;  // shared memory through arena_, for host buffers
+  algo::NodeMemory host_memory_;                               // shared memory through arena_, for host buffers
   std::vector<uint64_t> host_staging_[algo::kHierBufferSets];  // HIERCOLL_NET_STAGING=1
-  std::mutex device_mutex_;          // guards device_ and device_tickets_ against concurrent callers
+  std::mutex device_mutex_;             // guards device_ and device_tickets_ against concurrent callers
   std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call
   uint64_t device_tickets_ = 0;
   size_t device_piece_bytes_ = 4 << 20;  // HIERCOLL_CUDA_PIECE_BYTES

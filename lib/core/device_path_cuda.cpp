@@ -63,15 +63,16 @@ class CudaDevicePath final : public DevicePath {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     check(cudaStreamIsCapturing(caller, &capture), "cudaStreamIsCapturing", what);
     if (capture != cudaStreamCaptureStatusNone) {
-      throw InvalidUsageError(what + ": the stream is capturing a CUDA graph; hiercoll collectives are driven by a "
-                                     "host thread and cannot be captured (issue them outside the capture)");
+      throw InvalidUsageError(what +
+                              ": the stream is capturing a CUDA graph; hiercoll collectives are driven by a "
+                              "host thread and cannot be captured (issue them outside the capture)");
     }
     cudaEvent_t event = nullptr;
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags", what);
     cudaError_t recorded = cudaEventRecord(event, caller);
     if (recorded != cudaSuccess) cudaEventDestroy(event);
-    check(recorded, "cudaEventRecord", what + ": on the caller's stream (is it a stream of device " +
-                                           std::to_string(device_) + "?)");
+    check(recorded, "cudaEventRecord",
+          what + ": on the caller's stream (is it a stream of device " + std::to_string(device_) + "?)");
     return event;
   }
 

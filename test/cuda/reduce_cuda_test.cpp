@@ -1,5 +1,7 @@
 // The device reduction kernels against the host kernels (reduce.hpp), every type and op, aligned and
 // misaligned buffers, in place. Exits 77 (CTest: skipped, shown as such) when no CUDA device is present.
+#include "reduce/cuda/reduce_cuda.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "reduce/cuda/reduce_cuda.hpp"
 #include "reduce/reduce.hpp"
 
 using namespace hiercoll;
@@ -32,14 +33,46 @@ std::vector<uint8_t> random_bytes(size_t count, DataType type, std::mt19937& rng
   for (size_t i = 0; i < count; ++i) {
     uint8_t* p = out.data() + i * size;
     switch (type) {
-      case DataType::kFloat32: { float v = real(rng); std::memcpy(p, &v, 4); break; }
-      case DataType::kFloat64: { double v = real(rng); std::memcpy(p, &v, 8); break; }
-      case DataType::kFloat16: { uint16_t v = reduce::float_to_half(real(rng)); std::memcpy(p, &v, 2); break; }
-      case DataType::kBFloat16: { uint16_t v = reduce::float_to_bf16(real(rng)); std::memcpy(p, &v, 2); break; }
-      case DataType::kInt8: { int8_t v = static_cast<int8_t>(small(rng)); std::memcpy(p, &v, 1); break; }
-      case DataType::kUInt8: { uint8_t v = static_cast<uint8_t>(small(rng) + 5); std::memcpy(p, &v, 1); break; }
-      case DataType::kInt32: { int32_t v = small(rng) * 1000003; std::memcpy(p, &v, 4); break; }
-      case DataType::kInt64: { int64_t v = static_cast<int64_t>(small(rng)) << 40; std::memcpy(p, &v, 8); break; }
+      case DataType::kFloat32: {
+        float v = real(rng);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DataType::kFloat64: {
+        double v = real(rng);
+        std::memcpy(p, &v, 8);
+        break;
+      }
+      case DataType::kFloat16: {
+        uint16_t v = reduce::float_to_half(real(rng));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        uint16_t v = reduce::float_to_bf16(real(rng));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case DataType::kInt8: {
+        int8_t v = static_cast<int8_t>(small(rng));
+        std::memcpy(p, &v, 1);
+        break;
+      }
+      case DataType::kUInt8: {
+        uint8_t v = static_cast<uint8_t>(small(rng) + 5);
+        std::memcpy(p, &v, 1);
+        break;
+      }
+      case DataType::kInt32: {
+        int32_t v = small(rng) * 1000003;
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DataType::kInt64: {
+        int64_t v = static_cast<int64_t>(small(rng)) << 40;
+        std::memcpy(p, &v, 8);
+        break;
+      }
     }
   }
   return out;
@@ -83,7 +116,8 @@ std::vector<uint8_t> fold_reference(const std::vector<std::vector<uint8_t>>& sou
   std::vector<uint8_t> out = sources[0];
   const bool half = type == DataType::kFloat16, bf16 = type == DataType::kBFloat16;
   if (!half && !bf16) {
-    for (size_t k = 1; k < sources.size(); ++k) reduce::reduce(out.data(), out.data(), sources[k].data(), count, type, op);
+    for (size_t k = 1; k < sources.size(); ++k)
+      reduce::reduce(out.data(), out.data(), sources[k].data(), count, type, op);
     return out;
   }
   auto to_float = [&](const uint8_t* p) {

@@ -22,7 +22,10 @@ class PinnedBuffer {
   size_t bytes() const { return bytes_; }
   /// Forgets the allocation without freeing it: for words that kernels queued on callers' streams may still
   /// read after their owner is gone (a few bytes per communicator).
-  void leak() { data_ = device_data_ = nullptr; bytes_ = 0; }
+  void leak() {
+    data_ = device_data_ = nullptr;
+    bytes_ = 0;
+  }
   /// Grows to at least `bytes` (contents are not kept). The old allocation is kept until destruction:
   /// freeing pinned memory may synchronise the device, and a caller's stream may be waiting for us.
   void reserve(size_t bytes);

@@ -16,10 +16,10 @@ struct WaitArgs {
   const uint64_t* flags[kMaxWaitFlags];  ///< device-addressable (own, IPC-mapped or host-mapped memory)
   int flag_count;
   uint64_t generation;
-  uint64_t signature;            ///< 0: not checked
-  uint64_t budget_ns;            ///< give up after this long (measured on the device's global timer)
+  uint64_t signature;              ///< 0: not checked
+  uint64_t budget_ns;              ///< give up after this long (measured on the device's global timer)
   const volatile uint32_t* abort;  ///< host-mapped: non-zero makes every wait give up
-  uint32_t* status;              ///< host-mapped: [0] WaitStatus, [1] wait id, [2] flag index
+  uint32_t* status;                ///< host-mapped: [0] WaitStatus, [1] wait id, [2] flag index
   uint32_t wait_id;
 };
 

@@ -13,24 +13,59 @@ namespace {
 
 // The type arithmetic happens in: fp32 for the 16-bit floats; unsigned for integers, so sums and
 // products wrap instead of overflowing (undefined for signed types).
-template <class T> struct Arith { using type = T; };
-template <> struct Arith<__half> { using type = float; };
-template <> struct Arith<__nv_bfloat16> { using type = float; };
-template <> struct Arith<int8_t> { using type = uint8_t; };
-template <> struct Arith<int32_t> { using type = uint32_t; };
-template <> struct Arith<int64_t> { using type = uint64_t; };
+template <class T>
+struct Arith {
+  using type = T;
+};
+template <>
+struct Arith<__half> {
+  using type = float;
+};
+template <>
+struct Arith<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct Arith<int8_t> {
+  using type = uint8_t;
+};
+template <>
+struct Arith<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Arith<int64_t> {
+  using type = uint64_t;
+};
 
-template <class T> __device__ __forceinline__ typename Arith<T>::type widen(T x) {
+template <class T>
+__device__ __forceinline__ typename Arith<T>::type widen(T x) {
   return static_cast<typename Arith<T>::type>(x);
 }
-template <> __device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <>
+__device__ __forceinline__ float widen(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float widen(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
-template <class T> __device__ __forceinline__ T narrow(typename Arith<T>::type x) { return static_cast<T>(x); }
-template <> __device__ __forceinline__ __half narrow<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <class T>
+__device__ __forceinline__ T narrow(typename Arith<T>::type x) {
+  return static_cast<T>(x);
+}
+template <>
+__device__ __forceinline__ __half narrow<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
-template <ReduceOp Op, class T> __device__ __forceinline__ T combine(T x, T y) {
+template <ReduceOp Op, class T>
+__device__ __forceinline__ T combine(T x, T y) {
   using A = typename Arith<T>::type;
   if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) {
     return narrow<T>(static_cast<A>(widen(x) + widen(y)));
@@ -45,8 +80,14 @@ template <ReduceOp Op, class T> __device__ __forceinline__ T combine(T x, T y) {
     else return narrow<T>(fmaxf(widen(x), widen(y)));
   }
 }
-template <> __device__ __forceinline__ double combine<ReduceOp::kMin, double>(double x, double y) { return fmin(x, y); }
-template <> __device__ __forceinline__ double combine<ReduceOp::kMax, double>(double x, double y) { return fmax(x, y); }
+template <>
+__device__ __forceinline__ double combine<ReduceOp::kMin, double>(double x, double y) {
+  return fmin(x, y);
+}
+template <>
+__device__ __forceinline__ double combine<ReduceOp::kMax, double>(double x, double y) {
+  return fmax(x, y);
+}
 
 // Vectorised: each thread moves 16 bytes of each operand per iteration, the widest load a thread can issue.
 template <class T, ReduceOp Op>
@@ -83,8 +124,8 @@ struct Sources {
   const void* pointers[kMaxSources];
 };
 
-template <ReduceOp Op, class T> __device__ __forceinline__ typename Arith<T>::type combine_wide(
-    typename Arith<T>::type x, typename Arith<T>::type y) {
+template <ReduceOp Op, class T>
+__device__ __forceinline__ typename Arith<T>::type combine_wide(typename Arith<T>::type x, typename Arith<T>::type y) {
   using A = typename Arith<T>::type;
   if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) {
     return static_cast<A>(x + y);
@@ -131,7 +172,8 @@ __global__ void reduce_many_vectorised(T* dst, Sources sources, int source_count
   }
   for (size_t i = vectors * kPerVector + first; i < count; i += stride) {
     A acc = widen(static_cast<const T*>(sources.pointers[0])[i]);
-    for (int s = 1; s < source_count; ++s) acc = combine_wide<Op, T>(acc, widen(static_cast<const T*>(sources.pointers[s])[i]));
+    for (int s = 1; s < source_count; ++s)
+      acc = combine_wide<Op, T>(acc, widen(static_cast<const T*>(sources.pointers[s])[i]));
     dst[i] = narrow<T>(acc);
   }
 }
@@ -142,7 +184,8 @@ __global__ void reduce_many_elementwise(T* dst, Sources sources, int source_coun
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     A acc = widen(static_cast<const T*>(sources.pointers[0])[i]);
-    for (int s = 1; s < source_count; ++s) acc = combine_wide<Op, T>(acc, widen(static_cast<const T*>(sources.pointers[s])[i]));
+    for (int s = 1; s < source_count; ++s)
+      acc = combine_wide<Op, T>(acc, widen(static_cast<const T*>(sources.pointers[s])[i]));
     dst[i] = narrow<T>(acc);
   }
 }
@@ -196,7 +239,8 @@ void launch_many(void* dst, const Sources& sources, int source_count, size_t cou
   for (int s = 0; s < source_count; ++s) all_aligned = all_aligned && aligned(sources.pointers[s]);
   auto* d = static_cast<T*>(dst);
   if (all_aligned) {
-    reduce_many_vectorised<T, Op><<<blocks_for(count / (16 / sizeof(T)) + 1), kThreads, 0, stream>>>(d, sources, source_count, count);
+    reduce_many_vectorised<T, Op>
+        <<<blocks_for(count / (16 / sizeof(T)) + 1), kThreads, 0, stream>>>(d, sources, source_count, count);
   } else {
     reduce_many_elementwise<T, Op><<<blocks_for(count), kThreads, 0, stream>>>(d, sources, source_count, count);
   }
@@ -204,7 +248,8 @@ void launch_many(void* dst, const Sources& sources, int source_count, size_t cou
 }
 
 template <class T>
-void launch_many_op(void* dst, const Sources& sources, int source_count, size_t count, ReduceOp op, cudaStream_t stream) {
+void launch_many_op(void* dst, const Sources& sources, int source_count, size_t count, ReduceOp op,
+                    cudaStream_t stream) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg: return launch_many<T, ReduceOp::kSum>(dst, sources, source_count, count, stream);
@@ -273,10 +318,19 @@ void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t
   if (count == 0) return;
   const float d = static_cast<float>(divisor);
   switch (type) {
-    case DataType::kFloat32: divide_kernel<float><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<float*>(buffer), count, d); break;
-    case DataType::kFloat64: divide_kernel<double><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<double*>(buffer), count, d); break;
-    case DataType::kFloat16: divide_kernel<__half><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__half*>(buffer), count, d); break;
-    case DataType::kBFloat16: divide_kernel<__nv_bfloat16><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buffer), count, d); break;
+    case DataType::kFloat32:
+      divide_kernel<float><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<float*>(buffer), count, d);
+      break;
+    case DataType::kFloat64:
+      divide_kernel<double><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<double*>(buffer), count, d);
+      break;
+    case DataType::kFloat16:
+      divide_kernel<__half><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__half*>(buffer), count, d);
+      break;
+    case DataType::kBFloat16:
+      divide_kernel<__nv_bfloat16>
+          <<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buffer), count, d);
+      break;
     default: throw InvalidUsageError(std::string("divide: ") + to_string(type) + " is not a floating type");
   }
   check_launch("divide kernel launch");

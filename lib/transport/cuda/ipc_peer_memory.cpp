@@ -75,8 +75,9 @@ void IpcPeerMemory::connect(const std::vector<std::vector<uint8_t>>& handles) {
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, handles[k].data(), sizeof(handle));
     void* base = nullptr;
-    check(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle",
-          "peer memory of local rank " + std::to_string(k) + " (are all local ranks on GPUs that can reach each other?)");
+    check(
+        cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle",
+        "peer memory of local rank " + std::to_string(k) + " (are all local ranks on GPUs that can reach each other?)");
     bases_[k] = static_cast<uint8_t*>(base);
   }
 }
@@ -86,9 +87,8 @@ uint8_t* IpcPeerMemory::area(int slot, int owner) const {
 }
 
 uint64_t* IpcPeerMemory::flag(FlagKind kind, int slot, int owner) const {
-  return reinterpret_cast<uint64_t*>(bases_[owner] +
-                                     (static_cast<size_t>(kind) * slots_ + static_cast<size_t>(slot % slots_)) *
-                                         kFlagStride);
+  return reinterpret_cast<uint64_t*>(
+      bases_[owner] + (static_cast<size_t>(kind) * slots_ + static_cast<size_t>(slot % slots_)) * kFlagStride);
 }
 
 }  // namespace hiercoll::transport::cuda

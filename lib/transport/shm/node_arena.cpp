@@ -28,8 +28,9 @@ std::unique_ptr<NodeArena> NodeArena::create(const std::string& tag, int local_s
 
 std::unique_ptr<NodeArena> NodeArena::attach(const std::string& name, int local_rank, int local_size, int slots,
                                              size_t area_bytes) {
-  return std::unique_ptr<NodeArena>(new NodeArena(
-      ShmSegment::attach(name, segment_bytes(local_size, slots, area_bytes)), local_rank, local_size, slots, area_bytes));
+  return std::unique_ptr<NodeArena>(
+      new NodeArena(ShmSegment::attach(name, segment_bytes(local_size, slots, area_bytes)), local_rank, local_size,
+                    slots, area_bytes));
 }
 
 uint64_t* NodeArena::flag(FlagKind kind, int slot, int owner) const {
