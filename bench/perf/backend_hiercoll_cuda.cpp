@@ -1,41 +1,17 @@
 // hiercoll on CUDA device buffers (one device per rank: local rank modulo the device count, so several ranks
 // may share a GPU), on a stream of its own, as nccl-tests drives NCCL. Built with HIERCOLL_WITH_CUDA.
-#include <cuda_runtime_api.h>
-
-#include "backend.hpp"
+#include "device_backend.hpp"
 #include "hiercoll/hiercoll.hpp"
 
 namespace hiercoll::bench {
 namespace {
 
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) throw CudaError(std::string(call) + ": " + cudaGetErrorString(rc));
-}
-
-class HiercollCudaBackend final : public Backend {
+class HiercollCudaBackend final : public DeviceBackend {
  public:
-  HiercollCudaBackend() : comm_(Communicator::from_env()) {
-    int devices = 0;
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    check_cuda(cudaSetDevice(comm_.layout().local_rank % devices), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  ~HiercollCudaBackend() override { cudaStreamDestroy(stream_); }
+  HiercollCudaBackend() : comm_(Communicator::from_env()) { use_device(comm_.layout().local_rank); }
   std::string name() const override { return "hiercoll-cuda"; }
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
-  void* allocate(size_t bytes) override {
-    void* p = nullptr;
-    check_cuda(cudaMalloc(&p, bytes + 64), "cudaMalloc");
-    return p;
-  }
-  void release(void* p) override { cudaFree(p); }
-  void upload(void* d, const void* h, size_t n) override {
-    check_cuda(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  void download(void* h, const void* d, size_t n) override {
-    check_cuda(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  }
   void allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
     last_ = comm_.allreduce(in, out, count, type, op, {stream_});
   }
@@ -57,7 +33,6 @@ class HiercollCudaBackend final : public Backend {
 
  private:
   Communicator comm_;
-  cudaStream_t stream_ = nullptr;
   Work last_;
 };
 

@@ -6,16 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend.hpp"
+#include "device_backend.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
 
 namespace hiercoll::bench {
 namespace {
 
-void check_cuda(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) throw CudaError(std::string(call) + ": " + cudaGetErrorString(rc));
-}
 void check_nccl(ncclResult_t rc, const char* call) {
   if (rc != ncclSuccess) throw CudaError(std::string(call) + ": " + ncclGetErrorString(rc));
 }
@@ -45,14 +42,12 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-class NcclBackend final : public Backend {
+class NcclBackend final : public DeviceBackend {
  public:
   NcclBackend() {
     rank_ = rank_from_env();
     size_ = size_from_env();
-    int devices = 0;
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    check_cuda(cudaSetDevice(rank_ % devices), "cudaSetDevice");
+    use_device(rank_);
     const char* url = std::getenv("HIERCOLL_STORE");
     if (!url) throw InvalidUsageError("nccl backend: set HIERCOLL_STORE (hiercoll_launch does)");
     store_ = open_store(url, rank_);  // kept: rank 0 may serve it while peers still read
@@ -67,27 +62,11 @@ class NcclBackend final : public Backend {
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
     check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
-    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
   }
-  ~NcclBackend() override {
-    ncclCommDestroy(comm_);
-    cudaStreamDestroy(stream_);
-  }
+  ~NcclBackend() override { ncclCommDestroy(comm_); }
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void* allocate(size_t bytes) override {
-    void* p = nullptr;
-    check_cuda(cudaMalloc(&p, bytes + 64), "cudaMalloc");
-    return p;
-  }
-  void release(void* p) override { cudaFree(p); }
-  void upload(void* d, const void* h, size_t n) override {
-    check_cuda(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  void download(void* h, const void* d, size_t n) override {
-    check_cuda(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  }
   void allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
     check_nccl(ncclAllReduce(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_), "ncclAllReduce");
   }
@@ -106,7 +85,6 @@ class NcclBackend final : public Backend {
   int rank_ = 0, size_ = 1;
   std::shared_ptr<Store> store_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
 };
 
 }  // namespace

@@ -18,16 +18,19 @@
 
 #include "hiercoll/hiercoll.hpp"
 #include "launcher.hpp"
+#include "expect.hpp"
 #include "values.hpp"
 
 using namespace hiercoll;
+using hiercoll::test::expect_equal;
+using hiercoll::test::expect_invalid;
 using hiercoll::test::get;
 using hiercoll::test::input_value;
 using hiercoll::test::put;
 
 namespace {
 
-int g_failures = 0;
+int& g_failures = hiercoll::test::failure_count();
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -92,13 +95,6 @@ std::vector<uint8_t> read_back(Rank& k, const uint8_t* src, size_t bytes) {
   return host;
 }
 
-void expect_equal(const std::string& what, DataType type, ReduceOp op, const void* got, size_t i, double want) {
-  double value = get(type, got, i);
-  double tolerance = hiercoll::test::tolerance(type, op, want);
-  if (!(value == want || std::fabs(value - want) <= tolerance) && ++g_failures <= 10) {
-    std::printf("MISMATCH %s element %zu: got %.17g want %.17g\n", what.c_str(), i, value, want);
-  }
-}
 
 std::string name(const char* op, DataType type, ReduceOp reduce_op, size_t count, bool in_place) {
   return std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) + " count=" + std::to_string(count) +
@@ -197,19 +193,6 @@ void run_others(Rank& k) {
   }
 }
 
-template <typename Fn>
-void expect_invalid(const std::string& what, const std::string& needle, Fn fn) {
-  try {
-    fn();
-    std::printf("FAIL %s: no error\n", what.c_str());
-    ++g_failures;
-  } catch (const InvalidUsageError& e) {
-    if (std::string(e.what()).find(needle) == std::string::npos) {
-      std::printf("FAIL %s: error without '%s': %s\n", what.c_str(), needle.c_str(), e.what());
-      ++g_failures;
-    }
-  }
-}
 
 void run_semantics(Rank& k) {
   const size_t count = 1 << 20;

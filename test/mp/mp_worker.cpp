@@ -14,16 +14,19 @@
 #include <vector>
 
 #include "hiercoll/hiercoll.hpp"
+#include "expect.hpp"
 #include "values.hpp"
 
 using namespace hiercoll;
+using hiercoll::test::expect_equal;
+using hiercoll::test::expect_invalid;
 using hiercoll::test::get;
 using hiercoll::test::input_value;
 using hiercoll::test::put;
 
 namespace {
 
-int g_failures = 0;
+int& g_failures = hiercoll::test::failure_count();
 
 struct Buffer {
   std::vector<uint64_t> storage;  // uint64_t: 8-byte alignment for every element type
@@ -37,14 +40,6 @@ Buffer make_input(int rank, size_t count, DataType type, ReduceOp op, uint32_t s
   return buffer;
 }
 
-void expect_equal(const std::string& what, DataType type, ReduceOp op, const void* got, size_t i, double want) {
-  double value = get(type, got, i);
-  double tolerance = hiercoll::test::tolerance(type, op, want);
-  bool ok = value == want || std::fabs(value - want) <= tolerance;
-  if (!ok && ++g_failures <= 10) {
-    std::printf("MISMATCH %s element %zu: got %.17g want %.17g\n", what.c_str(), i, value, want);
-  }
-}
 
 std::string name(const char* op, DataType type, ReduceOp reduce_op, size_t count, bool in_place) {
   return std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) + " count=" + std::to_string(count) +
@@ -194,19 +189,6 @@ void run_collectives(Communicator& comm) {
   }
 }
 
-template <typename Fn>
-void expect_invalid(const std::string& what, const std::string& needle, Fn fn) {
-  try {
-    fn();
-    std::printf("FAIL %s: no error\n", what.c_str());
-    ++g_failures;
-  } catch (const InvalidUsageError& e) {
-    if (std::string(e.what()).find(needle) == std::string::npos) {
-      std::printf("FAIL %s: message '%s' lacks '%s'\n", what.c_str(), e.what(), needle.c_str());
-      ++g_failures;
-    }
-  }
-}
 
 void run_errors(Communicator& comm) {
   const int n = comm.size();

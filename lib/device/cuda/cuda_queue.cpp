@@ -64,13 +64,13 @@ uint32_t CudaQueue::name_wait(const std::string& what) {
   return next_wait_++;
 }
 
-void CudaQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
-                     const WaitContext& context) {
-  WaitArgs args{};
+WaitArgs CudaQueue::wait_args(const uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
+                               const WaitContext& context) {
   if (flag_count > kMaxWaitFlags) {
     throw InvalidUsageError(context.what + ": " + std::to_string(flag_count) + " local ranks; device flag waits take " +
                             std::to_string(kMaxWaitFlags) + " at most");
   }
+  WaitArgs args{};
   for (int k = 0; k < flag_count; ++k) args.flags[k] = flags[k];
   args.flag_count = flag_count;
   args.generation = generation;
@@ -79,21 +79,19 @@ void CudaQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
   args.abort = static_cast<const volatile uint32_t*>(control_.device_data()) + 4;
   args.status = static_cast<uint32_t*>(control_.device_data());
   args.wait_id = name_wait(context.what);
-  enqueue_wait(args, stream_);
+  return args;
+}
+
+void CudaQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
+                     const WaitContext& context) {
+  enqueue_wait(wait_args(flags, flag_count, generation, signature, context), stream_);
 }
 
 void CudaQueue::wait_on(cudaStream_t other, uint64_t* flag, uint64_t generation, const WaitContext& context) {
-  WaitArgs args{};
   void* device_flag = nullptr;
   check(cudaHostGetDevicePointer(&device_flag, flag, 0), "cudaHostGetDevicePointer", "completion flag");
-  args.flags[0] = static_cast<const uint64_t*>(device_flag);
-  args.flag_count = 1;
-  args.generation = generation;
-  args.budget_ns = budget_ns(context);
-  args.abort = static_cast<const volatile uint32_t*>(control_.device_data()) + 4;
-  args.status = static_cast<uint32_t*>(control_.device_data());
-  args.wait_id = name_wait(context.what);
-  enqueue_wait(args, other);
+  const uint64_t* flags[] = {static_cast<const uint64_t*>(device_flag)};
+  enqueue_wait(wait_args(flags, 1, generation, 0, context), other);
 }
 
 void CudaQueue::follow(cudaEvent_t event) { check(cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent"); }

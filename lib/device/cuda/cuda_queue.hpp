@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/cuda/pinned_buffer.hpp"
+#include "device/cuda/sync_kernels.cuh"
 #include "device/queue.hpp"
 
 namespace hiercoll::device::cuda {
@@ -50,6 +51,8 @@ class CudaQueue final : public Queue {
 
  private:
   uint32_t name_wait(const std::string& what);
+  WaitArgs wait_args(const uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
+                     const WaitContext& context);
 
   int device_;
   cudaStream_t stream_ = nullptr;
