@@ -42,15 +42,36 @@ run() {
   fi
 
   # 1. CUDA tests: device kernels vs host kernels; every collective on device buffers, 2-4 ranks on the GPU.
-  if (cd build-gpu && ctest -L cuda --output-on-failure) > "$out/ctest-cuda.txt" 2>&1; then note "ctest -L cuda passed"
+  if (cd build-gpu && ctest -L cuda --output-on-failure) > "$out/ctest-cuda.txt" 2>&1; then
+    if grep -q "(Skipped)" "$out/ctest-cuda.txt"; then note "ctest -L cuda: SKIPPED (no GPU)"; status=1
+    else note "ctest -L cuda passed"; fi
   else note "ctest -L cuda FAILED (see ctest-cuda.txt)"; status=1; fi
-  # 2. The torch backend on CUDA tensors and DDP on a CUDA model (2 and 4 processes sharing the GPU).
-  if [ -d build-gpu/python/hiercoll_torch ]; then
-    if PYTHONPATH=$PWD/build-gpu/python python3 -m pytest -q -p no:cacheprovider test/torch/test_backend.py -k cuda \
-         > "$out/pytest-cuda.txt" 2>&1; then note "torch CUDA tests passed"
-    else note "torch CUDA tests FAILED (see pytest-cuda.txt)"; status=1; fi
+  # 2. The torch backend on CUDA tensors and DDP on a CUDA model (2 and 4 processes sharing the GPU), with the
+  #    Python the binding was built for; pytest if it has it, else the same workers through test/torch/launch.py.
+  local py
+  py=$(sed -n 's/^-- hiercoll_torch: building for torch .* with //p' "$out/configure.txt" | tail -1)
+  if [ -n "$py" ] && [ -d build-gpu/python/hiercoll_torch ]; then
+    if PYTHONPATH=$PWD/build-gpu/python:$PWD/test/torch "$py" - > "$out/torch-cuda.txt" 2>&1 <<'PY'
+import sys
+import torch
+from launch import run_ranks
+if not torch.cuda.is_available():
+    print("SKIPPED: torch sees no CUDA device")
+    sys.exit(77)
+for size in (2, 4):
+    outputs = run_ranks(size, "worker_cuda.py", timeout=900)
+    print(f"--- {size} processes"); print("\n".join(outputs))
+    if not all(" 0 failed" in out for out in outputs):
+        sys.exit(1)
+PY
+    then note "torch CUDA tests passed"
+    else note "torch CUDA tests FAILED or SKIPPED (see torch-cuda.txt)"; status=1; fi
   else
     note "torch binding not built (see configure.txt): torch CUDA tests not run"
+  fi
+  if ! nvidia-smi -L > /dev/null 2>&1; then
+    note "no GPU here: benchmarks not run"
+    return 1
   fi
   # 3. Kernel bandwidth as a fraction of a device-to-device copy, same run, same buffers.
   build-gpu/bench/hiercoll_cuda_reduce_bandwidth 256 > "$out/reduce-bandwidth.txt" 2>&1 || status=1
@@ -58,13 +79,12 @@ run() {
   # 4. Allreduce on device buffers (nccl-tests conventions): hiercoll on 1, 2 and 4 ranks sharing the GPU,
   #    NCCL beside it where it runs (NCCL refuses two ranks on one GPU, so 1 rank per GPU present).
   local gpus
-  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  gpus=$(nvidia-smi -L | wc -l)
   for n in 1 2 4; do
     build-gpu/tools/hiercoll_launch -n "$n" --timeout 600 -- build-gpu/bench/allreduce_perf --backend hiercoll-cuda \
       -b 8K -e 256M -f 4 -n 20 -w 5 > "$out/allreduce-hiercoll-cuda-$n.txt" 2>&1 || status=1
   done
-  for n in 1 "$gpus"; do
-    [ "$n" -ge 1 ] || continue
+  for n in $(printf '%s\n' 1 "$gpus" | sort -un); do
     build-gpu/tools/hiercoll_launch -n "$n" --timeout 600 -- build-gpu/bench/allreduce_perf --backend nccl \
       -b 8K -e 256M -f 4 -n 20 -w 5 > "$out/allreduce-nccl-$n.txt" 2>&1 || true
   done

@@ -20,6 +20,11 @@ struct NodeMemory;
 /// kind of memory `memory.queue` works on (host, or device); the call returns once the result is in `out`.
 void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& memory, const void* in, void* out, size_t count,
                     DataType type, ReduceOp op);
+/// Reduce-scatter and allgather when the whole group is one node: every rank reads the others' parts from the
+/// node's peer memory (ch.rank() must be the local rank). Same contracts as the ring versions.
+void reduce_scatter_node(Channel& ch, NodeMemory& memory, const void* in, void* out, size_t recv_count, DataType type,
+                         ReduceOp op);
+void allgather_node(Channel& ch, NodeMemory& memory, const void* in, void* out, size_t send_count, DataType type);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.

@@ -222,8 +222,21 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   check_buffer("reduce_scatter", "output", out, out_bytes, type);
   check_overlap("reduce_scatter", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
-  return run(*impl_, "reduce_scatter", describe("reduce_scatter", recv_count, type) + " " + to_string(op),
-             op_descriptor(core::kOpReduceScatter, recv_count, type, op), {in, in_bytes, out, out_bytes}, options,
+  core::CommunicatorImpl* impl = impl_.get();
+  std::string what = describe("reduce_scatter", recv_count, type) + " " + to_string(op);
+  const Buffers buffers{in, in_bytes, out, out_bytes};
+  const auto descriptor = op_descriptor(core::kOpReduceScatter, recv_count, type, op);
+  if (impl->single_node()) {  // through peer memory: shared memory, or CUDA IPC for device buffers
+    return run(
+        *impl, "reduce_scatter", what + " [node]", descriptor, buffers, options,
+        [=](algo::Channel& ch, const void* from, void* to) {
+          algo::reduce_scatter_node(ch, impl->host_memory(), from, to, recv_count, type, op);
+        },
+        [=](algo::Channel& ch, DevicePath& path) {
+          algo::reduce_scatter_node(ch, impl->device_node_memory(ch, path), in, out, recv_count, type, op);
+        });
+  }
+  return run(*impl, "reduce_scatter", what, descriptor, buffers, options,
              [=](algo::Channel& ch, const void* from, void* to) {
                algo::reduce_scatter_ring(ch, from, to, recv_count, type, op);
              });
@@ -236,9 +249,22 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
   check_buffer("allgather", "output", out, out_bytes, type);
   check_overlap("allgather", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
+  core::CommunicatorImpl* impl = impl_.get();
+  std::string what = describe("allgather", send_count, type);
+  const Buffers buffers{in, in_bytes, out, out_bytes};
+  const auto descriptor = op_descriptor(core::kOpAllgather, send_count, type);
+  if (impl->single_node()) {  // through peer memory: shared memory, or CUDA IPC for device buffers
+    return run(
+        *impl, "allgather", what + " [node]", descriptor, buffers, options,
+        [=](algo::Channel& ch, const void* from, void* to) {
+          algo::allgather_node(ch, impl->host_memory(), from, to, send_count, type);
+        },
+        [=](algo::Channel& ch, DevicePath& path) {
+          algo::allgather_node(ch, impl->device_node_memory(ch, path), in, out, send_count, type);
+        });
+  }
   return run(
-      *impl_, "allgather", describe("allgather", send_count, type), op_descriptor(core::kOpAllgather, send_count, type),
-      {in, in_bytes, out, out_bytes}, options,
+      *impl, "allgather", what, descriptor, buffers, options,
       [=](algo::Channel& ch, const void* from, void* to) { algo::allgather_ring(ch, from, to, send_count, type); });
 }
 

@@ -68,6 +68,8 @@ class CommunicatorImpl {
   const Layout& layout() const { return layout_; }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
   algo::NodeMemory& host_memory() { return host_memory_; }
+  /// Every rank on this one node, with peer memory: reduce-scatter and allgather read each other's parts.
+  bool single_node() const { return layout_.node_count == 1 && host_memory_.peers != nullptr; }
 
  private:
   struct Op {

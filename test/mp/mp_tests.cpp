@@ -123,6 +123,18 @@ TEST_CASE("the other collectives equal the serial reference", "[mp][collectives]
   CHECK(result.all_ok());
 }
 
+// On one node reduce-scatter and allgather go through shared memory in rounds of the piece size: small pieces
+// make hundreds of rounds, so the slot rotation and flag generations run many times over.
+TEST_CASE("the other collectives equal the serial reference through shared memory in many rounds",
+          "[mp][collectives]") {
+  int ranks = GENERATE(3, 4);
+  INFO("ranks " << ranks);
+  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"collectives"},
+                       loopback({{"HIERCOLL_CHUNK_BYTES", "16K"}, {"HIERCOLL_SHM_PIECE_BYTES", "4K"}}));
+  INFO(result.report());
+  CHECK(result.all_ok());
+}
+
 TEST_CASE("the TCP store bootstraps a communicator", "[mp][store]") {
   auto options = loopback();
   options.tcp_store = true;

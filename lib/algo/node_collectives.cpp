@@ -1,0 +1,112 @@
+// Reduce-scatter and allgather among the ranks of one node, through its peer memory (shared memory for host
+// buffers, CUDA IPC for device buffers): every rank reads the others' data directly instead of passing it
+// round a ring. Used when the whole communicator is one node.
+//
+// Both go in rounds. A round stages this rank's part in its area and signals the slot's staged flag; once
+// every local rank has, each reads what it needs from all areas. A rank overwrites slot s in round t+3 only
+// after the wait of round t+2, which every rank signals only after its reads of round t+1 (and so of t):
+// the same rotation and generations as the hierarchical allreduce, sharing NodeMemory::pieces_done with it.
+#include <algorithm>
+
+#include "algo/algorithms.hpp"
+#include "algo/hierarchy.hpp"
+
+namespace hiercoll::algo {
+namespace {
+
+using transport::kFlagStaged;
+
+enum NodeOp : uint64_t { kNodeReduceScatter = 1, kNodeAllgather = 2 };
+
+uint64_t signature_of(NodeOp kind, size_t count, DataType type, ReduceOp op) {
+  return (static_cast<uint64_t>(count) << 20) ^ (kind << 16) ^ (static_cast<uint64_t>(type) << 8) ^
+         static_cast<uint64_t>(op) ^ 0xc2b2ae3d27d4eb4full;
+}
+
+// Elements per round and rank: `share` of the area, cut at whole cache lines so vector loads stay aligned.
+size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t elem) {
+  const size_t line = std::max<size_t>(1, 64 / elem);
+  return std::max(line, peers.area_bytes() / share / elem / line * line);
+}
+
+class NodeRounds {
+ public:
+  NodeRounds(Channel& ch, NodeMemory& m, uint64_t signature, const char* phase)
+      : m_(m),
+        peers_(*m.peers),
+        signature_(signature),
+        wait_{ch.deadline(), &ch.aborted(), ch.what() + " " + phase},
+        flags_(static_cast<size_t>(peers_.local_size())) {}
+
+  /// Slot of round `t`; stage this rank's part there before calling sync(t).
+  int slot(size_t t) const { return static_cast<int>((m_.pieces_done + t) % kHierBufferSets); }
+  /// Publishes this rank's staged part of round `t` and waits for every local rank's.
+  void sync(size_t t) {
+    const int s = slot(t);
+    const uint64_t generation = m_.pieces_done + t + 1;
+    for (int k = 0; k < peers_.local_size(); ++k) flags_[k] = peers_.flag(kFlagStaged, s, k);
+    m_.queue->signal(peers_.flag(kFlagStaged, s, peers_.local_rank()), generation, signature_);
+    m_.queue->wait(flags_.data(), peers_.local_size(), generation, signature_, wait_);
+  }
+  void finish(size_t rounds) { m_.pieces_done += rounds; }
+
+ private:
+  NodeMemory& m_;
+  transport::PeerMemory& peers_;
+  uint64_t signature_;
+  device::WaitContext wait_;
+  std::vector<uint64_t*> flags_;
+};
+
+}  // namespace
+
+void reduce_scatter_node(Channel& ch, NodeMemory& m, const void* in, void* out, size_t recv_count, DataType type,
+                         ReduceOp op) {
+  transport::PeerMemory& peers = *m.peers;
+  device::Queue& queue = *m.queue;
+  const int L = peers.local_size(), me = peers.local_rank();
+  const size_t elem = dtype_size(type), q = round_elements(peers, static_cast<size_t>(L), elem);
+  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const auto* input = static_cast<const uint8_t*>(in);
+  auto* output = static_cast<uint8_t*>(out);
+  NodeRounds rounds(ch, m, signature_of(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
+  std::vector<const void*> sources(static_cast<size_t>(L));
+  const size_t count = (recv_count + q - 1) / q;
+  for (size_t t = 0; t < count; ++t) {
+    const size_t offset = t * q, n = std::min(q, recv_count - offset);
+    uint8_t* area = peers.area(rounds.slot(t), me);
+    // Stage the round's slice of every block: block j goes to j*q of this rank's area, for rank j to reduce.
+    for (int j = 0; j < L; ++j) {
+      queue.copy(area + static_cast<size_t>(j) * q * elem, input + (j * recv_count + offset) * elem, n * elem);
+    }
+    rounds.sync(t);
+    for (int k = 0; k < L; ++k) sources[k] = peers.area(rounds.slot(t), k) + static_cast<size_t>(me) * q * elem;
+    queue.reduce(output + offset * elem, sources.data(), L, n, type, partial);
+    if (op == ReduceOp::kAvg) queue.divide(output + offset * elem, n, type, L);
+  }
+  rounds.finish(count);
+}
+
+void allgather_node(Channel& ch, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
+  transport::PeerMemory& peers = *m.peers;
+  device::Queue& queue = *m.queue;
+  const int L = peers.local_size(), me = peers.local_rank();
+  const size_t elem = dtype_size(type), q = round_elements(peers, 1, elem);
+  const auto* input = static_cast<const uint8_t*>(in);
+  auto* output = static_cast<uint8_t*>(out);
+  NodeRounds rounds(ch, m, signature_of(kNodeAllgather, send_count, type, ReduceOp::kSum), "intra-node allgather");
+  const size_t count = (send_count + q - 1) / q;
+  for (size_t t = 0; t < count; ++t) {
+    const size_t offset = t * q, n = std::min(q, send_count - offset);
+    queue.copy(peers.area(rounds.slot(t), me), input + offset * elem, n * elem);
+    rounds.sync(t);
+    for (int k = 0; k < L; ++k) {
+      uint8_t* to = output + (k * send_count + offset) * elem;
+      // Our own block straight from the input (nothing to copy when in place).
+      queue.copy(to, k == me ? input + offset * elem : peers.area(rounds.slot(t), k), n * elem);
+    }
+  }
+  rounds.finish(count);
+}
+
+}  // namespace hiercoll::algo
