@@ -75,6 +75,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
   }
   cost_model_ = algo::CostModel::from_env();
+  const auto forced = env_string("HIERCOLL_ALGO");
+  flat_forced_ = forced && (*forced == "ring" || *forced == "rd");
   device_piece_bytes_ = env_bytes("HIERCOLL_CUDA_PIECE_BYTES", device_piece_bytes_);
   if (device_piece_bytes_ < 4096) throw InvalidUsageError("HIERCOLL_CUDA_PIECE_BYTES must be at least 4096");
   check_collectives_ = env_int("HIERCOLL_CHECK_COLLECTIVES", 0) != 0 || env_string("HIERCOLL_DEBUG") == "DETAIL";

@@ -68,8 +68,9 @@ class CommunicatorImpl {
   const Layout& layout() const { return layout_; }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
   algo::NodeMemory& host_memory() { return host_memory_; }
-  /// Every rank on this one node, with peer memory: reduce-scatter and allgather read each other's parts.
-  bool single_node() const { return layout_.node_count == 1 && host_memory_.peers != nullptr; }
+  /// Every rank on this one node, with peer memory: reduce-scatter and allgather read each other's parts
+  /// (unless HIERCOLL_ALGO=ring|rd asks for the flat algorithms).
+  bool single_node() const { return layout_.node_count == 1 && host_memory_.peers != nullptr && !flat_forced_; }
 
  private:
   struct Op {
@@ -100,7 +101,8 @@ class CommunicatorImpl {
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
   algo::CostModel cost_model_;
-  bool check_collectives_ = false;  // HIERCOLL_CHECK_COLLECTIVES=1 or HIERCOLL_DEBUG=DETAIL
+  bool check_collectives_ = false;
+  bool flat_forced_ = false;  // HIERCOLL_ALGO=ring or rd  // HIERCOLL_CHECK_COLLECTIVES=1 or HIERCOLL_DEBUG=DETAIL
   std::unique_ptr<algo::AllreduceSelector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;
