@@ -42,7 +42,7 @@ hiercoll_comm& deref(hiercoll_comm_t comm) {
 // Blocks, or hands the Work to the caller.
 void finish(hiercoll::Work work, hiercoll_work_t* out) {
   if (out == nullptr) {
-    work.wait();
+    work.synchronize();
   } else {
     *out = new hiercoll_work{std::move(work)};
   }
@@ -109,9 +109,9 @@ hiercoll_result_t hiercoll_work_wait(hiercoll_work_t work, int64_t timeout_ms) {
   return guarded([&] {
     if (work == nullptr) throw hiercoll::InvalidUsageError("hiercoll_work_wait: work is NULL");
     if (timeout_ms < 0) {
-      work->work.wait();
+      work->work.synchronize();
     } else {
-      work->work.wait(std::chrono::milliseconds(timeout_ms));
+      work->work.synchronize(std::chrono::milliseconds(timeout_ms));
     }
   });
 }

@@ -30,6 +30,9 @@ class HIERCOLL_API Work {
   /// until the result is in place (bounded by the communicator's timeout), and returns. An error found later
   /// shows in error() / is_completed() and breaks the communicator; wait_for() blocks the host.
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  /// Blocks the host until the operation finished, for host and device buffers alike, and rethrows its error;
+  /// TimeoutError after `timeout` (the operation goes on).
+  void synchronize(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
   /// Waits up to `timeout` for the operation to finish; true if it did (successfully or not). Never throws.
   bool wait_for(std::chrono::microseconds timeout) const;
   /// The error the operation ended with, or null. Only meaningful once is_completed().

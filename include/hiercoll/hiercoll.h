@@ -50,7 +50,8 @@ HIERCOLL_C_API hiercoll_result_t hiercoll_comm_rank(hiercoll_comm_t comm, int* r
 HIERCOLL_C_API hiercoll_result_t hiercoll_comm_size(hiercoll_comm_t comm, int* size);
 
 /* Collectives. With work == NULL the call blocks until done; otherwise it returns at once and *work must be
- * waited for with hiercoll_work_wait and released with hiercoll_work_free. */
+ * waited for with hiercoll_work_wait and released with hiercoll_work_free. In builds with CUDA, buffers may be
+ * device memory (ordered after the legacy default stream); the waits block the host until the result is there. */
 HIERCOLL_C_API hiercoll_result_t hiercoll_allreduce(hiercoll_comm_t comm, const void* in, void* out, size_t count,
                                                     hiercoll_datatype_t type, hiercoll_redop_t op,
                                                     hiercoll_work_t* work);

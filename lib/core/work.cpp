@@ -23,6 +23,11 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     state_->stream_order->order_caller_stream();  // the device waits; this thread goes on
     return;
   }
+  synchronize(timeout);
+}
+
+void Work::synchronize(std::chrono::milliseconds timeout) const {
+  if (!state_) return;
   std::unique_lock<std::mutex> lock(state_->mutex);
   auto finished = [&] { return state_->done; };
   if (timeout == std::chrono::milliseconds::max()) {
