@@ -65,18 +65,11 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
   const size_t chunk = std::max<size_t>(1, ch.config().chunk_bytes / elem);
   const uint32_t stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L + align) / chunk + 2) + 8);
 
-  // Ranks of a node compare this at every reduce-scatter step: a count or type mismatch inside the
-  // node would otherwise go unnoticed (peer memory has no message sizes to check).
-  const uint64_t signature = (static_cast<uint64_t>(count) << 16) ^ (static_cast<uint64_t>(type) << 8) ^
-                             static_cast<uint64_t>(op) ^ 0x9e3779b97f4a7c15ull;
+  const uint64_t signature = node_signature(0, count, type, op);  // compared at every reduce-scatter wait
   const device::WaitContext staged_wait{ch.deadline(), &ch.aborted(), ch.what() + " intra-node reduce-scatter"};
   const device::WaitContext published_wait{ch.deadline(), &ch.aborted(), ch.what() + " intra-node allgather"};
   const device::WaitContext network_wait{ch.deadline(), &ch.aborted(), ch.what() + " staging for the network"};
-  std::vector<uint64_t*> flags(static_cast<size_t>(L));
-  auto flags_of = [&](transport::FlagKind kind, int slot) {
-    for (int k = 0; k < L; ++k) flags[k] = peers.flag(kind, slot, k);
-    return flags.data();
-  };
+  std::vector<uint64_t*> flags;
   std::vector<const void*> sources(static_cast<size_t>(L));
 
   struct Piece {
@@ -97,8 +90,7 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
     p.slot = static_cast<int>((m.pieces_done + index) % kHierBufferSets);
     p.generation = m.pieces_done + index + 1;
     queue.copy(peers.area(p.slot, l), input + p.offset * elem, p.n * elem);
-    queue.signal(peers.flag(kFlagStaged, p.slot, l), p.generation, signature);
-    queue.wait(flags_of(kFlagStaged, p.slot), L, p.generation, signature, staged_wait);
+    node_sync(m, kFlagStaged, p.slot, p.generation, signature, staged_wait, flags);
     p.shards = Segments::aligned(p.n, L, align);
     const size_t at = p.shards.offset[l] * elem;
     p.mine_count = p.shards.count[l];
@@ -123,8 +115,7 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
     const size_t at = p.shards.offset[l] * elem;
     if (network && staged) queue.copy(p.mine, m.network_staging[p.slot], p.mine_count * elem);
     queue.copy(peers.area(p.slot, l) + at, p.mine, p.mine_count * elem);
-    queue.signal(peers.flag(kFlagPublished, p.slot, l), p.generation, 0);
-    queue.wait(flags_of(kFlagPublished, p.slot), L, p.generation, 0, published_wait);
+    node_sync(m, kFlagPublished, p.slot, p.generation, 0, published_wait, flags);
     for (int k = 0; k < L; ++k) {
       if (k == l) continue;
       size_t from = p.shards.offset[k] * elem;

@@ -1,8 +1,10 @@
 #pragma once
 // What the hierarchical algorithms need to know about the node structure, prepared once per communicator.
+#include <cstdint>
 #include <vector>
 
 #include "device/queue.hpp"
+#include "hiercoll/types.hpp"
 #include "transport/peer_memory.hpp"
 
 namespace hiercoll::algo {
@@ -24,6 +26,24 @@ struct NodeMemory {
   /// runs on across operations (a fast rank may start the next one while a slow one copies out this one).
   uint64_t pieces_done = 0;
 };
+
+/// What local ranks compare at every staged-flag wait: peer memory has no message sizes, so a count, type or
+/// op mismatch inside the node would otherwise mix data silently. `kind` tells the collectives apart.
+inline uint64_t node_signature(uint64_t kind, size_t count, DataType type, ReduceOp op) {
+  return (static_cast<uint64_t>(count) << 20) ^ (kind << 16) ^ (static_cast<uint64_t>(type) << 8) ^
+         static_cast<uint64_t>(op) ^ 0x9e3779b97f4a7c15ull;
+}
+
+/// Signals this rank's `kind` flag of `slot` at `generation` (with `signature`, 0: none), then holds back later
+/// work on the queue until every local rank's has reached it. `flags` is scratch, one entry per local rank.
+inline void node_sync(NodeMemory& m, transport::FlagKind kind, int slot, uint64_t generation, uint64_t signature,
+                      const device::WaitContext& wait, std::vector<uint64_t*>& flags) {
+  const int L = m.peers->local_size();
+  flags.resize(static_cast<size_t>(L));
+  for (int k = 0; k < L; ++k) flags[k] = m.peers->flag(kind, slot, k);
+  m.queue->signal(m.peers->flag(kind, slot, m.peers->local_rank()), generation, signature);
+  m.queue->wait(flags.data(), L, generation, signature, wait);
+}
 
 struct Hierarchy {
   std::vector<int> rail;  ///< world ranks with this rank's local rank, one per node, by node

@@ -16,12 +16,8 @@ namespace {
 
 using transport::kFlagStaged;
 
+// node_signature kinds (the hierarchical allreduce is 0).
 enum NodeOp : uint64_t { kNodeReduceScatter = 1, kNodeAllgather = 2 };
-
-uint64_t signature_of(NodeOp kind, size_t count, DataType type, ReduceOp op) {
-  return (static_cast<uint64_t>(count) << 20) ^ (kind << 16) ^ (static_cast<uint64_t>(type) << 8) ^
-         static_cast<uint64_t>(op) ^ 0xc2b2ae3d27d4eb4full;
-}
 
 // Elements per round and rank: `share` of the area, cut at whole cache lines so vector loads stay aligned.
 size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t elem) {
@@ -29,30 +25,20 @@ size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t e
   return std::max(line, peers.area_bytes() / share / elem / line * line);
 }
 
+// The rounds of one operation: slot and generation of round t, continuing NodeMemory::pieces_done.
 class NodeRounds {
  public:
   NodeRounds(Channel& ch, NodeMemory& m, uint64_t signature, const char* phase)
-      : m_(m),
-        peers_(*m.peers),
-        signature_(signature),
-        wait_{ch.deadline(), &ch.aborted(), ch.what() + " " + phase},
-        flags_(static_cast<size_t>(peers_.local_size())) {}
+      : m_(m), signature_(signature), wait_{ch.deadline(), &ch.aborted(), ch.what() + " " + phase} {}
 
   /// Slot of round `t`; stage this rank's part there before calling sync(t).
   int slot(size_t t) const { return static_cast<int>((m_.pieces_done + t) % kHierBufferSets); }
   /// Publishes this rank's staged part of round `t` and waits for every local rank's.
-  void sync(size_t t) {
-    const int s = slot(t);
-    const uint64_t generation = m_.pieces_done + t + 1;
-    for (int k = 0; k < peers_.local_size(); ++k) flags_[k] = peers_.flag(kFlagStaged, s, k);
-    m_.queue->signal(peers_.flag(kFlagStaged, s, peers_.local_rank()), generation, signature_);
-    m_.queue->wait(flags_.data(), peers_.local_size(), generation, signature_, wait_);
-  }
+  void sync(size_t t) { node_sync(m_, kFlagStaged, slot(t), m_.pieces_done + t + 1, signature_, wait_, flags_); }
   void finish(size_t rounds) { m_.pieces_done += rounds; }
 
  private:
   NodeMemory& m_;
-  transport::PeerMemory& peers_;
   uint64_t signature_;
   device::WaitContext wait_;
   std::vector<uint64_t*> flags_;
@@ -69,7 +55,7 @@ void reduce_scatter_node(Channel& ch, NodeMemory& m, const void* in, void* out, 
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  NodeRounds rounds(ch, m, signature_of(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
+  NodeRounds rounds(ch, m, node_signature(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
   std::vector<const void*> sources(static_cast<size_t>(L));
   const size_t count = (recv_count + q - 1) / q;
   for (size_t t = 0; t < count; ++t) {
@@ -94,7 +80,7 @@ void allgather_node(Channel& ch, NodeMemory& m, const void* in, void* out, size_
   const size_t elem = dtype_size(type), q = round_elements(peers, 1, elem);
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  NodeRounds rounds(ch, m, signature_of(kNodeAllgather, send_count, type, ReduceOp::kSum), "intra-node allgather");
+  NodeRounds rounds(ch, m, node_signature(kNodeAllgather, send_count, type, ReduceOp::kSum), "intra-node allgather");
   const size_t count = (send_count + q - 1) / q;
   for (size_t t = 0; t < count; ++t) {
     const size_t offset = t * q, n = std::min(q, send_count - offset);

@@ -45,6 +45,8 @@ class AllreduceSelector {
   /// 1/L of the data crosses host memory), unless HIERCOLL_ALGO forces another.
   AllreduceAlgo choose_for_device(size_t bytes) const;
   bool hierarchical_eligible() const { return hierarchy_ready_; }
+  /// HIERCOLL_ALGO asks for a flat algorithm (ring or rd): the other collectives keep to the flat ones too.
+  bool flat_forced() const { return forced_ && forced_algo_ != AllreduceAlgo::kHierarchical; }
   const CostModel& model() const { return model_; }
 
  private:

@@ -156,9 +156,9 @@ using DeviceBody = std::function<void(algo::Channel&, DevicePath&)>;
 
 // Runs a collective on the progress thread: `host_body` on host buffers; on device buffers `device_body`, or
 // without one, `host_body` on a staged copy.
-Work run(CommunicatorImpl& impl, const char* op, std::string what, const algo::OpDescriptor& descriptor,
+// `device` is device_of(buffers).
+Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDescriptor& descriptor,
          const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceBody device_body = nullptr) {
-  const int device = device_of(op, buffers);
   if (device < 0) {
     return impl.enqueue_collective(
         std::move(what), descriptor,
@@ -182,7 +182,8 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
   check_buffer("allreduce", "output", out, bytes, type);
   check_overlap("allreduce", in, bytes, out, bytes, out);
   const Buffers buffers{in, bytes, out, bytes};
-  const bool on_device = device_of("allreduce", buffers) >= 0;
+  const int location = device_of("allreduce", buffers);
+  const bool on_device = location >= 0;
   auto algo = impl_->choose_allreduce(bytes, on_device);
   // On device buffers the hierarchical allreduce runs its intra-node phases on the GPUs; the flat algorithms
   // run on a staged host copy.
@@ -209,7 +210,7 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
       algo::allreduce_hier(ch, *hierarchy, impl->device_node_memory(ch, path), in, out, count, type, op);
     };
   }
-  return run(*impl_, "allreduce", what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host,
+  return run(*impl_, location, what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host,
              device);
 }
 
@@ -224,22 +225,22 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
                 static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
   core::CommunicatorImpl* impl = impl_.get();
   std::string what = describe("reduce_scatter", recv_count, type) + " " + to_string(op);
-  const Buffers buffers{in, in_bytes, out, out_bytes};
-  const auto descriptor = op_descriptor(core::kOpReduceScatter, recv_count, type, op);
+  HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
+    algo::reduce_scatter_ring(ch, from, to, recv_count, type, op);
+  };
+  DeviceBody device;
   if (impl->single_node()) {  // through peer memory: shared memory, or CUDA IPC for device buffers
-    return run(
-        *impl, "reduce_scatter", what + " [node]", descriptor, buffers, options,
-        [=](algo::Channel& ch, const void* from, void* to) {
-          algo::reduce_scatter_node(ch, impl->host_memory(), from, to, recv_count, type, op);
-        },
-        [=](algo::Channel& ch, DevicePath& path) {
-          algo::reduce_scatter_node(ch, impl->device_node_memory(ch, path), in, out, recv_count, type, op);
-        });
+    what += " [node]";
+    host = [=](algo::Channel& ch, const void* from, void* to) {
+      algo::reduce_scatter_node(ch, impl->host_memory(), from, to, recv_count, type, op);
+    };
+    device = [=](algo::Channel& ch, DevicePath& path) {
+      algo::reduce_scatter_node(ch, impl->device_node_memory(ch, path), in, out, recv_count, type, op);
+    };
   }
-  return run(*impl, "reduce_scatter", what, descriptor, buffers, options,
-             [=](algo::Channel& ch, const void* from, void* to) {
-               algo::reduce_scatter_ring(ch, from, to, recv_count, type, op);
-             });
+  const Buffers buffers{in, in_bytes, out, out_bytes};
+  return run(*impl, device_of("reduce_scatter", buffers), what,
+             op_descriptor(core::kOpReduceScatter, recv_count, type, op), buffers, options, host, device);
 }
 
 Work Communicator::allgather(const void* in, void* out, size_t send_count, DataType type, const CallOptions& options) {
@@ -251,21 +252,22 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
   core::CommunicatorImpl* impl = impl_.get();
   std::string what = describe("allgather", send_count, type);
-  const Buffers buffers{in, in_bytes, out, out_bytes};
-  const auto descriptor = op_descriptor(core::kOpAllgather, send_count, type);
+  HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
+    algo::allgather_ring(ch, from, to, send_count, type);
+  };
+  DeviceBody device;
   if (impl->single_node()) {  // through peer memory: shared memory, or CUDA IPC for device buffers
-    return run(
-        *impl, "allgather", what + " [node]", descriptor, buffers, options,
-        [=](algo::Channel& ch, const void* from, void* to) {
-          algo::allgather_node(ch, impl->host_memory(), from, to, send_count, type);
-        },
-        [=](algo::Channel& ch, DevicePath& path) {
-          algo::allgather_node(ch, impl->device_node_memory(ch, path), in, out, send_count, type);
-        });
+    what += " [node]";
+    host = [=](algo::Channel& ch, const void* from, void* to) {
+      algo::allgather_node(ch, impl->host_memory(), from, to, send_count, type);
+    };
+    device = [=](algo::Channel& ch, DevicePath& path) {
+      algo::allgather_node(ch, impl->device_node_memory(ch, path), in, out, send_count, type);
+    };
   }
-  return run(
-      *impl, "allgather", what, descriptor, buffers, options,
-      [=](algo::Channel& ch, const void* from, void* to) { algo::allgather_ring(ch, from, to, send_count, type); });
+  const Buffers buffers{in, in_bytes, out, out_bytes};
+  return run(*impl, device_of("allgather", buffers), what, op_descriptor(core::kOpAllgather, send_count, type), buffers,
+             options, host, device);
 }
 
 Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
@@ -275,9 +277,10 @@ Work Communicator::broadcast(const void* in, void* out, size_t count, DataType t
   if (rank() == root) check_buffer("broadcast", "input", in, bytes, type);
   check_buffer("broadcast", "output", out, bytes, type);
   if (rank() == root) check_overlap("broadcast", in, bytes, out, bytes, out);
-  return run(*impl_, "broadcast", describe("broadcast", count, type) + " root " + std::to_string(root),
-             op_descriptor(core::kOpBroadcast, count, type, ReduceOp::kSum, root),
-             {in, rank() == root ? bytes : 0, out, bytes}, options,
+  const Buffers buffers{in, rank() == root ? bytes : 0, out, bytes};
+  return run(*impl_, device_of("broadcast", buffers),
+             describe("broadcast", count, type) + " root " + std::to_string(root),
+             op_descriptor(core::kOpBroadcast, count, type, ReduceOp::kSum, root), buffers, options,
              [=](algo::Channel& ch, const void* from, void* to) { algo::broadcast_chain(ch, from, to, bytes, root); });
 }
 
@@ -291,9 +294,11 @@ Work Communicator::reduce(const void* in, void* out, size_t count, DataType type
     check_buffer("reduce", "output", out, bytes, type);
     check_overlap("reduce", in, bytes, out, bytes, out);
   }
+  const Buffers buffers{in, bytes, out, rank() == root ? bytes : 0};
   return run(
-      *impl_, "reduce", describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
-      op_descriptor(core::kOpReduce, count, type, op, root), {in, bytes, out, rank() == root ? bytes : 0}, options,
+      *impl_, device_of("reduce", buffers),
+      describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
+      op_descriptor(core::kOpReduce, count, type, op, root), buffers, options,
       [=](algo::Channel& ch, const void* from, void* to) { algo::reduce_chain(ch, from, to, count, type, op, root); });
 }
 
@@ -304,8 +309,9 @@ Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, Da
   check_buffer("alltoall", "input", in, bytes, type);
   check_buffer("alltoall", "output", out, bytes, type);
   check_overlap("alltoall", in, bytes, out, bytes, out);
-  return run(*impl_, "alltoall", describe("alltoall", count_per_rank, type),
-             op_descriptor(core::kOpAlltoall, count_per_rank, type), {in, bytes, out, bytes}, options,
+  const Buffers buffers{in, bytes, out, bytes};
+  return run(*impl_, device_of("alltoall", buffers), describe("alltoall", count_per_rank, type),
+             op_descriptor(core::kOpAlltoall, count_per_rank, type), buffers, options,
              [=](algo::Channel& ch, const void* from, void* to) { algo::alltoall_pairwise(ch, from, to, block); });
 }
 

@@ -75,8 +75,6 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
   }
   cost_model_ = algo::CostModel::from_env();
-  const auto forced = env_string("HIERCOLL_ALGO");
-  flat_forced_ = forced && (*forced == "ring" || *forced == "rd");
   device_piece_bytes_ = env_bytes("HIERCOLL_CUDA_PIECE_BYTES", device_piece_bytes_);
   if (device_piece_bytes_ < 4096) throw InvalidUsageError("HIERCOLL_CUDA_PIECE_BYTES must be at least 4096");
   check_collectives_ = env_int("HIERCOLL_CHECK_COLLECTIVES", 0) != 0 || env_string("HIERCOLL_DEBUG") == "DETAIL";
@@ -218,14 +216,17 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
   return work;
 }
 
+algo::Channel CommunicatorImpl::next_channel(const std::string& what) {
+  return algo::Channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, algo::Clock::now() + options_.timeout,
+                       what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
+}
+
 Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
                                           std::function<void(algo::Channel&)> body) {
   Op op;
   op.what = what;
   op.run = [this, what, descriptor, body = std::move(body)](const std::shared_ptr<WorkState>&) {
-    auto deadline = algo::Clock::now() + options_.timeout;
-    algo::Channel channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, deadline,
-                          what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
+    algo::Channel channel = next_channel(what);
     if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);
     body(channel);
   };
@@ -272,10 +273,8 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   Op op;
   op.what = what;
   op.run = [this, what, descriptor, path, event, ticket, body = std::move(body)](const std::shared_ptr<WorkState>&) {
-    auto deadline = algo::Clock::now() + options_.timeout;
-    algo::Channel channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, deadline,
-                          what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
-    const device::WaitContext finish_context{deadline, &aborted_, channel.what()};
+    algo::Channel channel = next_channel(what);
+    const device::WaitContext finish_context{channel.deadline(), &aborted_, channel.what()};
     path->begin(event);
     try {
       if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);

@@ -70,7 +70,9 @@ class CommunicatorImpl {
   algo::NodeMemory& host_memory() { return host_memory_; }
   /// Every rank on this one node, with peer memory: reduce-scatter and allgather read each other's parts
   /// (unless HIERCOLL_ALGO=ring|rd asks for the flat algorithms).
-  bool single_node() const { return layout_.node_count == 1 && host_memory_.peers != nullptr && !flat_forced_; }
+  bool single_node() const {
+    return layout_.node_count == 1 && host_memory_.peers != nullptr && !selector_->flat_forced();
+  }
 
  private:
   struct Op {
@@ -94,6 +96,8 @@ class CommunicatorImpl {
   void run_op(Op& op);
   void poll_p2p(bool all_failed, const std::string& reason);
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
+  /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
+  algo::Channel next_channel(const std::string& what);
 
   int rank_, size_;
   CommOptions options_;
@@ -101,8 +105,7 @@ class CommunicatorImpl {
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
   algo::CostModel cost_model_;
-  bool check_collectives_ = false;
-  bool flat_forced_ = false;  // HIERCOLL_ALGO=ring or rd  // HIERCOLL_CHECK_COLLECTIVES=1 or HIERCOLL_DEBUG=DETAIL
+  bool check_collectives_ = false;  // HIERCOLL_CHECK_COLLECTIVES=1 or HIERCOLL_DEBUG=DETAIL
   std::unique_ptr<algo::AllreduceSelector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;
