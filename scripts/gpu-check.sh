@@ -7,7 +7,9 @@
 #                                  CUDA tests (C++ and torch), the kernel bandwidth benchmark and allreduce_perf
 #                                  on device buffers (hiercoll and NCCL); results under ${OUT:-gpu-out}
 #
-# With the device tool: run(command="scripts/gpu-check.sh run", carry=[".debs"]).
+# With the device tool (10 minutes a call, 8 files back):
+#   run(command="scripts/gpu-check.sh run; tar czf $OUT/gpu.tgz -C $OUT --exclude=gpu.tgz .", carry=[".debs"])
+# Each step has its own time limit; summary.txt says passed / FAILED / TIMED OUT / SKIPPED per step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 debs=.debs
@@ -30,42 +32,57 @@ run() {
   export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export FI_PROVIDER_PATH=$root/usr/lib/x86_64-linux-gnu/libfabric
   export HIERCOLL_FABRIC_PROVIDER=tcp HIERCOLL_FABRIC_IFACE=lo
-  local status=0
+  local status=0 build=build-gpu
   note() { echo "gpu-check: $*" | tee -a "$out/summary.txt"; }
+  # step NAME SECONDS COMMAND...: runs with a time limit (nothing may eat the device's 10-minute call), logs to
+  # $out/NAME.txt, notes the outcome.
+  step() {
+    local name=$1 limit=$2 t0=$SECONDS rc=0
+    shift 2
+    timeout -k 5 "$limit" "$@" > "$out/$name.txt" 2>&1 || rc=$?
+    if [ $rc = 0 ]; then note "$name passed ($((SECONDS - t0)) s)"
+    elif [ $rc = 77 ]; then note "$name SKIPPED (no GPU)"; status=1
+    elif [ $rc = 124 ]; then note "$name TIMED OUT after $limit s (see $name.txt)"; status=1
+    else note "$name FAILED, exit $rc (see $name.txt)"; status=1; fi
+    return 0
+  }
   nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHIERCOLL_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$root/usr" \
-        -DHIERCOLL_WITH_TORCH="${WITH_TORCH:-ON}" 2>&1 | tee "$out/configure.txt"
-  if ! cmake --build build-gpu -j "$(nproc)" > "$out/build.txt" 2>&1; then
-    tail -50 "$out/build.txt"
-    note "build FAILED (see build.txt)"
-    return 1
+  { g++ --version | head -1; env | grep -E '^(LD|C|CXX|CUDA)FLAGS=' || true; } > "$out/toolchain.txt"
+  cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIERCOLL_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$root/usr" \
+        -DHIERCOLL_WITH_TORCH="${WITH_TORCH:-ON}" > "$out/configure.txt" 2>&1
+  if ! timeout 300 cmake --build $build -j "$(nproc)" > "$out/build.txt" 2>&1; then
+    note "full build FAILED (see build.txt); building the GPU checks alone"
+    status=1
+    timeout 200 cmake --build $build -j "$(nproc)" --target hiercoll_reduce_cuda_test hiercoll_collectives_cuda_test \
+      hiercoll_cuda_reduce_bandwidth allreduce_perf hiercoll_launch hiercoll_torch_ext >> "$out/build.txt" 2>&1 || true
   fi
+  { echo "libstdc++ in libhiercoll: $(ldd $build/lib/libhiercoll.so.0 | grep -c libstdc++) shared," \
+         "$(nm -D --defined-only $build/lib/libhiercoll.so.0 | grep -c codecvt) exported codecvt symbols"
+    grep -o -- '-static[^ ]*\|[^ ]*\.a\b' $build/lib/CMakeFiles/hiercoll.dir/link.txt || true; } >> "$out/toolchain.txt"
 
-  # 1. CUDA tests: device kernels vs host kernels; every collective on device buffers, 2-4 ranks on the GPU.
-  if (cd build-gpu && ctest -L cuda --output-on-failure) > "$out/ctest-cuda.txt" 2>&1; then
-    if grep -q "(Skipped)" "$out/ctest-cuda.txt"; then note "ctest -L cuda: SKIPPED (no GPU)"; status=1
-    else note "ctest -L cuda passed"; fi
-  else note "ctest -L cuda FAILED (see ctest-cuda.txt)"; status=1; fi
+  # 1. CUDA tests: device kernels vs host kernels; every collective on device buffers, ranks sharing the GPU,
+  #    one scenario per step (indices: see test/cuda/collectives_cuda_test.cu).
+  step cuda_reduce 60 $build/test/hiercoll_reduce_cuda_test
+  local scenario names=(2r-1node 3r-1node 4r-1node 2x2-nodes 2x1-staged)
+  for scenario in 0 3 4 2 1; do
+    HIERCOLL_TIMEOUT_MS=30000 step "cuda_collectives_${names[$scenario]}" "${COLL_LIMIT:-120}" \
+      $build/test/hiercoll_collectives_cuda_test $scenario
+  done
   # 2. The torch backend on CUDA tensors and DDP on a CUDA model (2 and 4 processes sharing the GPU), with the
-  #    Python the binding was built for; pytest if it has it, else the same workers through test/torch/launch.py.
+  #    Python the binding was built for.
   local py
   py=$(sed -n 's/^-- hiercoll_torch: building for torch .* with //p' "$out/configure.txt" | tail -1)
-  if [ -n "$py" ] && [ -d build-gpu/python/hiercoll_torch ]; then
-    if PYTHONPATH=$PWD/build-gpu/python:$PWD/test/torch "$py" - > "$out/torch-cuda.txt" 2>&1 <<'PY'
-import sys
-import torch
+  if [ -n "$py" ] && [ -d $build/python/hiercoll_torch ]; then
+    for size in 2 4; do
+      PYTHONPATH=$PWD/$build/python:$PWD/test/torch step "torch_cuda_$size" 150 "$py" -c "
+import sys, torch
 from launch import run_ranks
 if not torch.cuda.is_available():
-    print("SKIPPED: torch sees no CUDA device")
-    sys.exit(77)
-for size in (2, 4):
-    outputs = run_ranks(size, "worker_cuda.py", timeout=900)
-    print(f"--- {size} processes"); print("\n".join(outputs))
-    if not all(" 0 failed" in out for out in outputs):
-        sys.exit(1)
-PY
-    then note "torch CUDA tests passed"
-    else note "torch CUDA tests FAILED or SKIPPED (see torch-cuda.txt)"; status=1; fi
+    print('SKIPPED: torch sees no CUDA device'); sys.exit(77)
+outputs = run_ranks($size, 'worker_cuda.py', timeout=140)
+print('\n'.join(outputs))
+sys.exit(0 if all(' 0 failed' in out for out in outputs) else 1)"
+    done
   else
     note "torch binding not built (see configure.txt): torch CUDA tests not run"
   fi
@@ -74,21 +91,17 @@ PY
     return 1
   fi
   # 3. Kernel bandwidth as a fraction of a device-to-device copy, same run, same buffers.
-  build-gpu/bench/hiercoll_cuda_reduce_bandwidth 256 > "$out/reduce-bandwidth.txt" 2>&1 || status=1
-  cat "$out/reduce-bandwidth.txt"
-  # 4. Allreduce on device buffers (nccl-tests conventions): hiercoll on 1, 2 and 4 ranks sharing the GPU,
-  #    NCCL beside it where it runs (NCCL refuses two ranks on one GPU, so 1 rank per GPU present).
-  local gpus
+  step reduce_bandwidth 60 $build/bench/hiercoll_cuda_reduce_bandwidth 256
+  # 4. Allreduce on device buffers (nccl-tests conventions): hiercoll on 1 and 2 ranks sharing the GPU, NCCL
+  #    beside it on one rank per GPU (NCCL refuses two ranks on one GPU).
+  local n gpus
   gpus=$(nvidia-smi -L | wc -l)
-  for n in 1 2 4; do
-    build-gpu/tools/hiercoll_launch -n "$n" --timeout 600 -- build-gpu/bench/allreduce_perf --backend hiercoll-cuda \
-      -b 8K -e 256M -f 4 -n 20 -w 5 > "$out/allreduce-hiercoll-cuda-$n.txt" 2>&1 || status=1
+  for n in 1 2; do
+    step "allreduce_hiercoll_cuda_$n" 90 $build/tools/hiercoll_launch -n "$n" --timeout 80 -- \
+      $build/bench/allreduce_perf --backend hiercoll-cuda -b 8 -e 256M -f 8 -n 20 -w 5
   done
-  for n in $(printf '%s\n' 1 "$gpus" | sort -un); do
-    build-gpu/tools/hiercoll_launch -n "$n" --timeout 600 -- build-gpu/bench/allreduce_perf --backend nccl \
-      -b 8K -e 256M -f 4 -n 20 -w 5 > "$out/allreduce-nccl-$n.txt" 2>&1 || true
-  done
-  tail -n 4 "$out"/allreduce-*.txt
+  step "allreduce_nccl_$gpus" 90 $build/tools/hiercoll_launch -n "$gpus" --timeout 80 -- \
+    $build/bench/allreduce_perf --backend nccl -b 8 -e 256M -f 8 -n 20 -w 5
   return $status
 }
 

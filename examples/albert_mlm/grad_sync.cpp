@@ -1,7 +1,9 @@
 #include "grad_sync.hpp"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#ifdef HIERCOLL_ALBERT_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef HIERCOLL_ALBERT_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -232,6 +234,7 @@ std::unique_ptr<GradSync> mpi_sync(std::vector<torch::Tensor> grads) {
 std::unique_ptr<GradSync> make_grad_sync(const std::string& backend, const hiercoll::Rendezvous& rv,
                                          std::vector<torch::Tensor> grads) {
   if (backend == "hiercoll") return std::make_unique<HiercollSync>(rv, std::move(grads));
+#ifdef HIERCOLL_ALBERT_GLOO
   if (backend == "gloo") {
     auto store = c10::make_intrusive<C10dStore>(std::make_shared<hiercoll::PrefixStore>("gloo", rv.store));
     auto options = c10d::ProcessGroupGloo::Options::create();
@@ -240,6 +243,7 @@ std::unique_ptr<GradSync> make_grad_sync(const std::string& backend, const hierc
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rv.rank, rv.size, options);
     return c10d_sync("gloo", pg, rv.size, std::move(grads));
   }
+#endif
 #ifdef HIERCOLL_ALBERT_NCCL
   if (backend == "nccl") {
     auto store = c10::make_intrusive<C10dStore>(std::make_shared<hiercoll::PrefixStore>("nccl", rv.store));
@@ -256,7 +260,10 @@ std::unique_ptr<GradSync> make_grad_sync(const std::string& backend, const hierc
 }
 
 std::vector<std::string> available_backends() {
-  std::vector<std::string> out{"hiercoll", "gloo"};
+  std::vector<std::string> out{"hiercoll"};
+#ifdef HIERCOLL_ALBERT_GLOO
+  out.push_back("gloo");
+#endif
 #ifdef HIERCOLL_ALBERT_NCCL
   out.push_back("nccl");
 #endif

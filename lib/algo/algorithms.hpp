@@ -15,16 +15,20 @@ void allreduce_ring(Channel& ch, const void* in, void* out, size_t count, DataTy
 void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 struct Hierarchy;
 struct NodeMemory;
+struct Issue;
+class NetworkStage;
 /// Hierarchical: intra-node reduce-scatter (through the node's peer memory), inter-node allreduce per local
 /// rank, intra-node allgather. Requires every node to have the same number of ranks. `in` and `out` are the
-/// kind of memory `memory.queue` works on (host, or device); the call returns once the result is in `out`.
-void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& memory, const void* in, void* out, size_t count,
-                    DataType type, ReduceOp op);
+/// kind of memory `memory.queue` works on (host, or device). Issues the operation's queue work and hands the
+/// inter-node phase to `network` (see network_stage.hpp): the result is in `out` once the queue's work ran.
+void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& memory, NetworkStage& network, const void* in,
+                    void* out, size_t count, DataType type, ReduceOp op);
 /// Reduce-scatter and allgather when the whole group is one node: every rank reads the others' parts from the
-/// node's peer memory (ch.rank() must be the local rank). Same contracts as the ring versions.
-void reduce_scatter_node(Channel& ch, NodeMemory& memory, const void* in, void* out, size_t recv_count, DataType type,
-                         ReduceOp op);
-void allgather_node(Channel& ch, NodeMemory& memory, const void* in, void* out, size_t send_count, DataType type);
+/// node's peer memory. Same contracts as the ring versions; queue work only, issued like allreduce_hier's.
+void reduce_scatter_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t recv_count,
+                         DataType type, ReduceOp op);
+void allgather_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t send_count,
+                    DataType type);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.

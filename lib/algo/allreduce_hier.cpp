@@ -9,8 +9,10 @@
 // device memory (CUDA IPC, CudaQueue: steps are enqueued on a stream and the flags are waited for on the
 // device, so no host round trip separates the intra-node steps). For device memory the inter-node phase
 // works on a pinned host copy of the shard (staged out after (1), back in before (3)).
-// The phases are software-pipelined: the inter-node phase of piece p runs on a helper thread while this
-// thread issues the reduce-scatter of piece p+1 and then the allgather of piece p-1.
+// Phase (2) of each piece goes to a NetworkStage (network_stage.hpp): on host memory it runs on the helper
+// thread while this thread issues the reduce-scatter of piece p+1 and then the allgather of piece p-1; on
+// device memory every step is enqueued at once and the host runs phase (2) piece by piece as the device
+// hands pieces over. Either way the pipeline is the same.
 // Pieces rotate through three slots, each with its own flags. A rank overwrites slot s for piece p+3 only
 // after the reduce-scatter wait of piece p+2, which every local rank signals only after copying out piece p.
 // The rotation and the flags' generations run on across operations (NodeMemory::pieces_done), since a fast
@@ -18,8 +20,8 @@
 #include <algorithm>
 
 #include "algo/algorithms.hpp"
-#include "algo/background.hpp"
 #include "algo/hierarchy.hpp"
+#include "algo/network_stage.hpp"
 #include "reduce/reduce.hpp"
 
 namespace hiercoll::algo {
@@ -39,20 +41,25 @@ void inter_node_allreduce(Channel& rail, const Hierarchy& h, void* data, size_t 
 
 }  // namespace
 
-void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, void* out, size_t count, DataType type,
-                    ReduceOp op) {
+void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+                    size_t count, DataType type, ReduceOp op) {
   const size_t elem = dtype_size(type);
-  const int world = ch.size();
+  const int world = issue.world;
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;  // divide once, at the very end
   device::Queue& queue = *m.queue;
   const bool staged = m.network_staging[0] != nullptr;  // device data: the network works on a host copy
   const bool network = h.rail.size() > 1;
   if (m.peers == nullptr) {  // alone on the node: only the inter-node phase (host memory only)
-    if (staged) throw InternalError(ch.what() + ": device memory needs peer memory for the hierarchical allreduce");
-    Channel rail = ch.subgroup(h.rail, h.node, 0);
+    if (staged) {
+      throw InternalError(issue.limits.what + ": device memory needs peer memory for the hierarchical allreduce");
+    }
     queue.copy(out, in, count * elem);
-    inter_node_allreduce(rail, h, out, count, type, partial);
-    if (op == ReduceOp::kAvg) queue.divide(out, count, type, world);
+    net.hand_over([&h, out, count, type, op, partial, world](Channel& ch) {
+      Channel rail = ch.subgroup(h.rail, h.node, 0);
+      inter_node_allreduce(rail, h, out, count, type, partial);
+      if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
+    });
+    net.take_back();
     return;
   }
   transport::PeerMemory& peers = *m.peers;
@@ -61,14 +68,10 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
   const size_t align = std::max<size_t>(1, 64 / elem);  // shards start on cache lines: vector loads stay aligned
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  // Inner steps per piece are bounded by 2 N (chunks per shard + 1); pieces get disjoint step ranges.
-  const size_t chunk = std::max<size_t>(1, ch.config().chunk_bytes / elem);
-  const uint32_t stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L + align) / chunk + 2) + 8);
 
   const uint64_t signature = node_signature(0, count, type, op);  // compared at every reduce-scatter wait
-  const device::WaitContext staged_wait{ch.deadline(), &ch.aborted(), ch.what() + " intra-node reduce-scatter"};
-  const device::WaitContext published_wait{ch.deadline(), &ch.aborted(), ch.what() + " intra-node allgather"};
-  const device::WaitContext network_wait{ch.deadline(), &ch.aborted(), ch.what() + " staging for the network"};
+  const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
+  const device::WaitContext published_wait = issue.wait("intra-node allgather");
   std::vector<uint64_t*> flags;
   std::vector<const void*> sources(static_cast<size_t>(L));
 
@@ -79,7 +82,6 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
     Segments shards;
     uint8_t* mine;  // this rank's shard of the piece, in `out`
     size_t mine_count;
-    device::Marker staged_out;  // the shard's copy to the network staging buffer is enqueued before this
   };
 
   auto reduce_scatter_phase = [&](size_t index) {
@@ -98,18 +100,21 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
     for (int k = 0; k < L; ++k) sources[k] = peers.area(p.slot, k) + at;
     if (p.mine_count > 0) queue.reduce(p.mine, sources.data(), L, p.mine_count, type, partial);
     if (!network && op == ReduceOp::kAvg) queue.divide(p.mine, p.mine_count, type, world);
-    if (network && staged) {
-      queue.copy(m.network_staging[p.slot], p.mine, p.mine_count * elem);
-      p.staged_out = queue.mark();
-    }
+    if (network && staged) queue.copy(m.network_staging[p.slot], p.mine, p.mine_count * elem);
     return p;
   };
-  auto network_phase = [&](const Piece& p) {  // on the helper thread; host memory only
+  // Phase (2) of a piece, as a job that outlives this call (device memory: it runs on the progress thread later).
+  auto network_job = [&](const Piece& p) -> NetworkStage::Job {
     uint8_t* data = staged ? m.network_staging[p.slot] : p.mine;
-    if (staged) queue.wait_host(p.staged_out, network_wait);
-    Channel rail = ch.subgroup(h.rail, h.node, static_cast<uint32_t>(p.index) * stride);
-    inter_node_allreduce(rail, h, data, p.mine_count, type, partial);
-    if (op == ReduceOp::kAvg) reduce::divide(data, p.mine_count, type, world);
+    return [&h, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial,
+            world](Channel& ch) {
+      // Inner steps per piece are bounded by 2 N (chunks per shard + 1); pieces get disjoint step ranges.
+      const size_t chunk = std::max<size_t>(1, ch.config().chunk_bytes / elem);
+      const auto stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L + align) / chunk + 2) + 8);
+      Channel rail = ch.subgroup(h.rail, h.node, static_cast<uint32_t>(index) * stride);
+      inter_node_allreduce(rail, h, data, n, type, partial);
+      if (op == ReduceOp::kAvg) reduce::divide(data, n, type, world);
+    };
   };
   auto allgather_phase = [&](const Piece& p) {
     const size_t at = p.shards.offset[l] * elem;
@@ -123,19 +128,17 @@ void allreduce_hier(Channel& ch, Hierarchy& h, NodeMemory& m, const void* in, vo
     }
   };
 
-  // Software pipeline: while piece p crosses the network on the helper thread, this thread issues the
-  // reduce-scatter of piece p+1 and the allgather of piece p-1.
+  // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather
+  // of piece p-1 are issued.
   const size_t pieces = (count + piece - 1) / piece;
-  JoinOnExit join(*h.network);
-  std::vector<Piece> ready;  // pieces whose network phase has started, oldest first
+  std::vector<Piece> ready;  // pieces handed to the network stage, oldest first
   for (size_t index = 0; index <= pieces; ++index) {
-    if (index < pieces) ready.push_back(reduce_scatter_phase(index));
-    if (h.network->busy()) h.network->wait();
-    if (index < pieces && network) {
-      const Piece& next = ready.back();
-      h.network->start([&network_phase, next] { network_phase(next); });
+    if (index < pieces) {
+      ready.push_back(reduce_scatter_phase(index));
+      if (network) net.hand_over(network_job(ready.back()));
     }
     if (ready.size() > (index < pieces ? 1u : 0u)) {
+      if (network) net.take_back();
       allgather_phase(ready.front());
       ready.erase(ready.begin());
     }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algo/channel.hpp"
 #include "device/queue.hpp"
 #include "hiercoll/types.hpp"
 #include "transport/peer_memory.hpp"
@@ -44,6 +45,17 @@ inline void node_sync(NodeMemory& m, transport::FlagKind kind, int slot, uint64_
   m.queue->signal(m.peers->flag(kind, slot, m.peers->local_rank()), generation, signature);
   m.queue->wait(flags.data(), L, generation, signature, wait);
 }
+
+/// What a schedule that issues queue work needs of its operation. Device work is issued on the caller's thread,
+/// before the operation has a Channel (see network_stage.hpp), so the schedules take this instead.
+struct Issue {
+  device::WaitContext limits;  ///< deadline, abort switch and the operation's name, for every wait it issues
+  int world = 1;               ///< ranks in the communicator (kAvg divides by it)
+  static Issue of(Channel& ch) { return {{ch.deadline(), &ch.aborted(), ch.what()}, ch.size()}; }
+  device::WaitContext wait(const char* phase) const {
+    return {limits.deadline, limits.aborted, limits.what + " " + phase};
+  }
+};
 
 struct Hierarchy {
   std::vector<int> rail;  ///< world ranks with this rank's local rank, one per node, by node

@@ -28,8 +28,8 @@ size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t e
 // The rounds of one operation: slot and generation of round t, continuing NodeMemory::pieces_done.
 class NodeRounds {
  public:
-  NodeRounds(Channel& ch, NodeMemory& m, uint64_t signature, const char* phase)
-      : m_(m), signature_(signature), wait_{ch.deadline(), &ch.aborted(), ch.what() + " " + phase} {}
+  NodeRounds(const Issue& issue, NodeMemory& m, uint64_t signature, const char* phase)
+      : m_(m), signature_(signature), wait_(issue.wait(phase)) {}
 
   /// Slot of round `t`; stage this rank's part there before calling sync(t).
   int slot(size_t t) const { return static_cast<int>((m_.pieces_done + t) % kHierBufferSets); }
@@ -46,7 +46,7 @@ class NodeRounds {
 
 }  // namespace
 
-void reduce_scatter_node(Channel& ch, NodeMemory& m, const void* in, void* out, size_t recv_count, DataType type,
+void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t recv_count, DataType type,
                          ReduceOp op) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
@@ -55,7 +55,7 @@ void reduce_scatter_node(Channel& ch, NodeMemory& m, const void* in, void* out, 
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  NodeRounds rounds(ch, m, node_signature(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
+  NodeRounds rounds(issue, m, node_signature(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
   std::vector<const void*> sources(static_cast<size_t>(L));
   const size_t count = (recv_count + q - 1) / q;
   for (size_t t = 0; t < count; ++t) {
@@ -73,14 +73,14 @@ void reduce_scatter_node(Channel& ch, NodeMemory& m, const void* in, void* out, 
   rounds.finish(count);
 }
 
-void allgather_node(Channel& ch, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
+void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
   const int L = peers.local_size(), me = peers.local_rank();
   const size_t elem = dtype_size(type), q = round_elements(peers, 1, elem);
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  NodeRounds rounds(ch, m, node_signature(kNodeAllgather, send_count, type, ReduceOp::kSum), "intra-node allgather");
+  NodeRounds rounds(issue, m, node_signature(kNodeAllgather, send_count, type, ReduceOp::kSum), "intra-node allgather");
   const size_t count = (send_count + q - 1) / q;
   for (size_t t = 0; t < count; ++t) {
     const size_t offset = t * q, n = std::min(q, send_count - offset);

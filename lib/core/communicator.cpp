@@ -8,6 +8,7 @@
 
 #include "algo/algorithms.hpp"
 #include "algo/hierarchy.hpp"
+#include "algo/network_stage.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/env.hpp"
 #include "hiercoll/errors.hpp"
@@ -138,38 +139,40 @@ int device_of(const char* op, const Buffers& b) {
 
 using HostBody = std::function<void(algo::Channel&, const void* in, void* out)>;
 
-// Device buffers through pinned host memory: stage the input, run the host algorithm there, copy the result
-// back. Every collective has this path; the allreduce has a faster one (allreduce_hier on device memory).
-void run_staged(algo::Channel& ch, DevicePath& path, const Buffers& b, const HostBody& body) {
+// Device buffers through pinned host memory: the device stages the input, hands it to the host half, which
+// runs the host algorithm there, and takes the result back. Every collective has this path; the allreduce,
+// reduce-scatter and allgather have faster ones (on device memory, through the node's peer memory).
+algo::NetworkStage::Job issue_staged(const algo::Issue& issue, DevicePath& path, const Buffers& b,
+                                     const HostBody& body) {
   device::Queue& queue = path.queue();
   void* host_in = b.in_bytes ? path.pinned(b.in_bytes, 0) : nullptr;
   void* host_out = b.out_bytes ? path.pinned(b.out_bytes, 1) : nullptr;
-  if (b.in_bytes) {
-    queue.copy(host_in, b.in, b.in_bytes);
-    queue.wait_host(queue.mark(), {ch.deadline(), &ch.aborted(), ch.what() + " staging the input"});
-  }
-  body(ch, host_in, host_out);
+  algo::DeferredStage stage = path.deferred_stage(issue.wait("staged through host memory"));
+  if (b.in_bytes) queue.copy(host_in, b.in, b.in_bytes);
+  stage.hand_over([body, host_in, host_out](algo::Channel& ch) { body(ch, host_in, host_out); });
+  stage.take_back();
   if (b.out_bytes) queue.copy(b.out, host_out, b.out_bytes);
+  return stage.host_half();
 }
 
-using DeviceBody = std::function<void(algo::Channel&, DevicePath&)>;
+using DeviceIssue = core::CommunicatorImpl::DeviceIssue;
 
-// Runs a collective on the progress thread: `host_body` on host buffers; on device buffers `device_body`, or
-// without one, `host_body` on a staged copy.
+// Runs a collective: on host buffers `host_body` on the progress thread; on device buffers `device_issue`, or
+// without one `host_body` on staged copies (see device_path.hpp for what runs where).
 // `device` is device_of(buffers).
 Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDescriptor& descriptor,
-         const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceBody device_body = nullptr) {
+         const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceIssue device_issue = nullptr) {
   if (device < 0) {
     return impl.enqueue_collective(
         std::move(what), descriptor,
         [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); });
   }
-  return impl.enqueue_device_collective(
-      std::move(what), descriptor, device, options.stream,
-      [buffers, host = std::move(host_body), dev = std::move(device_body)](algo::Channel& ch, DevicePath& path) {
-        if (dev) dev(ch, path);
-        else run_staged(ch, path, buffers, host);
-      });
+  if (!device_issue) {
+    device_issue = [buffers, host = std::move(host_body)](const algo::Issue& issue, DevicePath& path) {
+      return issue_staged(issue, path, buffers, host);
+    };
+  }
+  return impl.enqueue_device_collective(std::move(what), descriptor, device, options.stream, std::move(device_issue));
 }
 
 }  // namespace
@@ -199,15 +202,20 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
       case algo::AllreduceAlgo::kRecursiveDoubling:
         algo::allreduce_recursive_doubling(ch, from, to, count, type, op);
         break;
-      case algo::AllreduceAlgo::kHierarchical:
-        algo::allreduce_hier(ch, *hierarchy, *host_memory, from, to, count, type, op);
+      case algo::AllreduceAlgo::kHierarchical: {
+        algo::HelperStage network(*hierarchy->network, ch);
+        algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op);
         break;
+      }
     }
   };
-  DeviceBody device;
+  DeviceIssue device;
   if (device_hier) {
-    device = [=](algo::Channel& ch, DevicePath& path) {
-      algo::allreduce_hier(ch, *hierarchy, impl->device_node_memory(ch, path), in, out, count, type, op);
+    device = [=](const algo::Issue& issue, DevicePath& path) {
+      algo::NodeMemory& memory = impl->device_node_memory(issue, path);
+      algo::DeferredStage network = path.deferred_stage(issue.wait("network phase"));
+      algo::allreduce_hier(issue, *hierarchy, memory, network, in, out, count, type, op);
+      return network.host_half();
     };
   }
   return run(*impl_, location, what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host,
@@ -228,14 +236,15 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
     algo::reduce_scatter_ring(ch, from, to, recv_count, type, op);
   };
-  DeviceBody device;
+  DeviceIssue device;
   if (impl->single_node()) {  // through peer memory: shared memory, or CUDA IPC for device buffers
     what += " [node]";
     host = [=](algo::Channel& ch, const void* from, void* to) {
-      algo::reduce_scatter_node(ch, impl->host_memory(), from, to, recv_count, type, op);
+      algo::reduce_scatter_node(algo::Issue::of(ch), impl->host_memory(), from, to, recv_count, type, op);
     };
-    device = [=](algo::Channel& ch, DevicePath& path) {
-      algo::reduce_scatter_node(ch, impl->device_node_memory(ch, path), in, out, recv_count, type, op);
+    device = [=](const algo::Issue& issue, DevicePath& path) -> algo::NetworkStage::Job {
+      algo::reduce_scatter_node(issue, impl->device_node_memory(issue, path), in, out, recv_count, type, op);
+      return nullptr;
     };
   }
   const Buffers buffers{in, in_bytes, out, out_bytes};
@@ -255,14 +264,15 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
   HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
     algo::allgather_ring(ch, from, to, send_count, type);
   };
-  DeviceBody device;
+  DeviceIssue device;
   if (impl->single_node()) {  // through peer memory: shared memory, or CUDA IPC for device buffers
     what += " [node]";
     host = [=](algo::Channel& ch, const void* from, void* to) {
-      algo::allgather_node(ch, impl->host_memory(), from, to, send_count, type);
+      algo::allgather_node(algo::Issue::of(ch), impl->host_memory(), from, to, send_count, type);
     };
-    device = [=](algo::Channel& ch, DevicePath& path) {
-      algo::allgather_node(ch, impl->device_node_memory(ch, path), in, out, send_count, type);
+    device = [=](const algo::Issue& issue, DevicePath& path) -> algo::NetworkStage::Job {
+      algo::allgather_node(issue, impl->device_node_memory(issue, path), in, out, send_count, type);
+      return nullptr;
     };
   }
   const Buffers buffers{in, in_bytes, out, out_bytes};

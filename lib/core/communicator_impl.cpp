@@ -235,81 +235,80 @@ Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescri
 
 namespace {
 
-// Work::wait() of a device collective: the caller's stream waits on the device for the operation's ticket.
-class TicketOrder final : public StreamOrder {
+// Work::wait() of a device collective: the caller's stream waits for the event that ends the operation's work.
+class EventOrder final : public StreamOrder {
  public:
-  TicketOrder(std::shared_ptr<DevicePath> path, StreamHandle stream, uint64_t ticket, std::chrono::milliseconds timeout)
-      : path_(std::move(path)), stream_(stream), ticket_(ticket), timeout_(timeout) {}
-  void order_caller_stream() override { path_->order_caller_stream(stream_, ticket_, timeout_); }
+  EventOrder(std::shared_ptr<DevicePath> path, StreamHandle stream, EventHandle end)
+      : path_(std::move(path)), stream_(stream), end_(end) {}
+  ~EventOrder() override { path_->release(end_); }
+  void order_caller_stream() override { path_->order_caller_stream(stream_, end_); }
 
  private:
   std::shared_ptr<DevicePath> path_;
   StreamHandle stream_;
-  uint64_t ticket_;
-  std::chrono::milliseconds timeout_;
+  EventHandle end_;
 };
 
 }  // namespace
 
 Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
-                                                 StreamHandle stream,
-                                                 std::function<void(algo::Channel&, DevicePath&)> body) {
-  std::shared_ptr<DevicePath> path;
-  {
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    if (!device_) device_ = DevicePath::create(device, device_piece_bytes_);
-    if (device_->device() != device) {
-      throw InvalidUsageError(what + ": buffers on CUDA device " + std::to_string(device) +
-                              ", but this communicator's device buffers live on device " +
-                              std::to_string(device_->device()) + " (one device per communicator, as in NCCL)");
-    }
-    path = device_;
-  }
-  EventHandle event = path->order_after_caller(stream, what);
-  // The ticket is taken and the operation queued under one lock: tickets must finish in the order they are
-  // handed out, or a caller stream waiting for ticket t could be released by t+1.
+                                                 StreamHandle stream, DeviceIssue issue_work) {
+  // One issuer at a time: operations' device work must be enqueued in the order the progress thread runs their
+  // host halves, and tickets must be published in the order they are handed out.
   std::lock_guard<std::mutex> lock(device_mutex_);
-  const uint64_t ticket = ++device_tickets_;
+  if (!device_) device_ = DevicePath::create(device, device_piece_bytes_);
+  if (device_->device() != device) {
+    throw InvalidUsageError(what + ": buffers on CUDA device " + std::to_string(device) +
+                            ", but this communicator's device buffers live on device " +
+                            std::to_string(device_->device()) + " (one device per communicator, as in NCCL)");
+  }
+  std::shared_ptr<DevicePath> path = device_;
+  path->follow_caller(stream, what);
+  const algo::Issue issue{{algo::Clock::now() + options_.timeout, &aborted_, what}, size()};
+  const uint64_t ticket = device_tickets_ + 1;
+  algo::NetworkStage::Job host_half;
+  EventHandle end = nullptr;
+  try {
+    host_half = issue_work(issue, *path);
+    end = path->complete(ticket);
+  } catch (...) {
+    path->abort();  // work already enqueued may wait for hand-offs that will never come
+    throw;
+  }
+  device_tickets_ = ticket;
   Op op;
   op.what = what;
-  op.run = [this, what, descriptor, path, event, ticket, body = std::move(body)](const std::shared_ptr<WorkState>&) {
+  op.run = [this, what, descriptor, path, ticket, host_half = std::move(host_half)](const std::shared_ptr<WorkState>&) {
     algo::Channel channel = next_channel(what);
-    const device::WaitContext finish_context{channel.deadline(), &aborted_, channel.what()};
-    path->begin(event);
     try {
       if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);
-      body(channel, *path);
+      if (host_half) host_half(channel);
+      path->wait_done(ticket, {channel.deadline(), &aborted_, channel.what()});
     } catch (...) {
-      path->finish(ticket, finish_context, true);
+      path->abort();  // nothing may spin on for an operation that is over
       throw;
     }
-    path->finish(ticket, finish_context, false);
   };
-  op.skipped = [this, path, event, ticket, what] {
-    path->discard(event);
-    path->finish(ticket, {algo::Clock::now() + options_.timeout, &aborted_, what}, true);
-  };
+  op.skipped = [path] { path->abort(); };
   try {
-    return push(std::move(op), std::make_shared<TicketOrder>(path, stream, ticket, options_.timeout));
+    return push(std::move(op), std::make_shared<EventOrder>(path, stream, end));
   } catch (...) {
-    --device_tickets_;
-    path->discard(event);
+    path->abort();
     throw;
   }
 }
 
-algo::NodeMemory& CommunicatorImpl::device_node_memory(algo::Channel& ch, DevicePath& path) {
-  auto exchange = [&](const std::vector<uint8_t>& mine) {
-    // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
+algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue, DevicePath& path) {
+  auto exchange = [&](const std::vector<uint8_t>& mine) {    // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
     const std::string prefix = "cuda-ipc/" + std::to_string(layout_.node) + "/";
     store_->set(prefix + std::to_string(layout_.local_rank), mine);
     std::vector<std::string> keys;
     for (int l = 0; l < layout_.local_size; ++l) keys.push_back(prefix + std::to_string(l));
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ch.deadline() - algo::Clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(issue.limits.deadline - algo::Clock::now());
     try {
       store_->wait(keys, std::max(left, std::chrono::milliseconds(1)));
     } catch (const TimeoutError&) {
-      throw TimeoutError(ch.what() +
+      throw TimeoutError(issue.limits.what +
                          ": not every local rank published its CUDA IPC handle (did every rank pass "
                          "device buffers to this collective?)");
     }

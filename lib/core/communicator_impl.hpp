@@ -51,12 +51,16 @@ class CommunicatorImpl {
   /// `descriptor` is what ranks compare first when the mismatch check is on.
   Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
                           std::function<void(algo::Channel&)> body);
-  /// The same for device buffers on `device`, ordered after `stream` (see device_path.hpp). `body` enqueues its
-  /// work on the device path's queue; the operation completes once the device ran it.
+  /// Issues an operation's device work on the caller's thread (see device_path.hpp) and returns its host half
+  /// (run later by the progress thread on the operation's channel), or null if it has none.
+  using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::Issue&, DevicePath&)>;
+  /// The same for device buffers on `device`, ordered after `stream`: `issue` runs now, on this thread; the
+  /// operation completes once the device ran its work and the progress thread its host half.
   Work enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
-                                 StreamHandle stream, std::function<void(algo::Channel&, DevicePath&)> body);
-  /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); progress thread only.
-  algo::NodeMemory& device_node_memory(algo::Channel& ch, DevicePath& path);
+                                 StreamHandle stream, DeviceIssue issue);
+  /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); caller's thread, in
+  /// a DeviceIssue.
+  algo::NodeMemory& device_node_memory(const algo::Issue& issue, DevicePath& path);
   /// Posts a point-to-point request on the progress thread; the Work completes with the request.
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 

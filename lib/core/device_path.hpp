@@ -3,11 +3,17 @@
 // CUDA types (core/device_path_cuda.cpp implements it; builds without HIERCOLL_WITH_CUDA get
 // device_path_none.cpp, where every pointer is host memory).
 //
-// Life of a device collective, like ProcessGroupNCCL's: on the caller's thread, order_after_caller() records
-// where the caller's stream is; on the progress thread, begin() makes the internal stream wait for that, the
-// algorithm enqueues its work on queue(), and finish() waits for the device to run it and publishes the
-// operation's ticket in host-mapped memory. Work::wait() enqueues on the caller's stream a wait for that
-// ticket (order_caller_stream), so the caller's later kernels see the result and its host thread goes on.
+// Life of a device collective, like an NCCL call: on the caller's thread, under the communicator's device lock,
+// the internal stream is ordered after the caller's (follow_caller), the algorithm enqueues ALL of the
+// operation's device work (complete() marks its end with an event), and Work::wait() makes the caller's stream
+// wait for that event. What needs the host (the network phase, a host algorithm on staged copies) is the
+// operation's host half: the progress thread runs it later, meeting the device work through host-mapped flags
+// (algo::DeferredStage), then waits for the operation's done flag.
+//
+// Why every CUDA call happens at issue time: a caller thread inside a blocking CUDA call (a copy to pageable
+// memory, cudaFree, cudaMalloc) may hold the driver's locks until the device gets past work the caller's stream
+// waits for. If the progress thread still had to call CUDA to let that work finish, neither could go on - seen
+// on an H100 as a hang until the wait budgets ran out. So the progress thread touches host memory only.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -16,6 +22,7 @@
 #include <vector>
 
 #include "algo/hierarchy.hpp"
+#include "algo/network_stage.hpp"
 #include "device/queue.hpp"
 
 namespace hiercoll::core {
@@ -42,27 +49,33 @@ class DevicePath {
   virtual ~DevicePath() = default;
   virtual int device() const = 0;
 
-  /// Caller's thread. Throws InvalidUsageError if `stream` is capturing a CUDA graph. Returns an event the
-  /// progress thread passes to begin() (begin() or discard() takes ownership).
-  virtual EventHandle order_after_caller(StreamHandle stream, const std::string& what) = 0;
-  virtual void discard(EventHandle event) = 0;
-
-  /// Progress thread: later work of this operation starts after `event`.
-  virtual void begin(EventHandle event) = 0;
+  // ---- Caller's thread, one at a time (the communicator's device lock) ----
+  /// Refuses a `stream` that is capturing a CUDA graph (InvalidUsageError); work enqueued from now on starts
+  /// after the work the caller's stream holds now.
+  virtual void follow_caller(StreamHandle stream, const std::string& what) = 0;
   virtual device::Queue& queue() = 0;
-  /// Pinned host memory of at least `bytes`; `which` picks one of a few independent buffers.
+  /// Pinned host memory of at least `bytes`; `which` picks one of a few independent buffers. A buffer that grows
+  /// keeps its old memory alive, so host halves of earlier operations may still use it.
   virtual void* pinned(size_t bytes, int which) = 0;
   /// The node's peer memory for device buffers, made at the first call: local ranks swap IPC handles through
   /// `exchange`, which publishes this rank's handle and returns every local rank's, in local-rank order.
   using Exchange = std::function<std::vector<std::vector<uint8_t>>(const std::vector<uint8_t>& mine)>;
   virtual algo::NodeMemory& node_memory(int local_rank, int local_size, bool network, const Exchange& exchange) = 0;
-  /// Progress thread, after the operation's work was enqueued (or it failed): waits for the device to drain,
-  /// then publishes `ticket` so caller streams waiting for it go on. Rethrows a device-side wait's failure.
-  virtual void finish(uint64_t ticket, const device::WaitContext& context, bool failed) = 0;
+  /// Hands pieces between this path's queue and an operation's host half; `limits` bound the device's waits.
+  virtual algo::DeferredStage deferred_stage(const device::WaitContext& limits) = 0;
+  /// After the operation's work: publishes `ticket` on the done flag once the device gets there, and returns an
+  /// event at the same point for Work::wait (release it with release()).
+  virtual EventHandle complete(uint64_t ticket) = 0;
 
-  /// Any thread: `stream` waits on the device until `ticket` was published (never longer than `timeout`).
-  virtual void order_caller_stream(StreamHandle stream, uint64_t ticket, std::chrono::milliseconds timeout) = 0;
-  /// Any thread: releases every device-side wait (communicator abort).
+  // ---- Progress thread: host memory only ----
+  /// Blocks until the device published `ticket`; throws what a device-side wait failed with, or TimeoutError.
+  virtual void wait_done(uint64_t ticket, const device::WaitContext& context) = 0;
+
+  // ---- Any thread ----
+  /// `stream` waits on the device for `end` (from complete()).
+  virtual void order_caller_stream(StreamHandle stream, EventHandle end) = 0;
+  virtual void release(EventHandle end) = 0;
+  /// Makes every device-side wait, queued or running, give up (a failed operation, communicator abort).
   virtual void abort() = 0;
 };
 

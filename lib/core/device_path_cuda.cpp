@@ -43,21 +43,20 @@ namespace {
 class CudaDevicePath final : public DevicePath {
  public:
   CudaDevicePath(int device, size_t piece_bytes) : device_(device), piece_bytes_(piece_bytes), queue_(device) {
-    completion_.reserve(64);
-    static_cast<volatile uint64_t*>(completion_.data())[0] = 0;
-    static_cast<volatile uint64_t*>(completion_.data())[1] = 0;
+    flags_.reserve(kFlagWords * sizeof(uint64_t));
+    for (int i = 0; i < kFlagWords; ++i) static_cast<volatile uint64_t*>(flags_.data())[i] = 0;
   }
 
   ~CudaDevicePath() override {
-    // Caller streams may still hold waits for tickets that will never come: let them go, and keep the word they
-    // read alive (a wait queued behind a caller's long kernel may run after this communicator is gone).
+    // Waits still queued (after a failure) give up; the queue then drains its stream. The flags stay: a kernel
+    // that already read the abort word may still read them.
     queue_.abort();
-    completion_.leak();
+    flags_.leak();
   }
 
   int device() const override { return device_; }
 
-  EventHandle order_after_caller(StreamHandle stream, const std::string& what) override {
+  void follow_caller(StreamHandle stream, const std::string& what) override {
     DeviceGuard guard(device_);
     auto caller = static_cast<cudaStream_t>(stream);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -69,27 +68,17 @@ class CudaDevicePath final : public DevicePath {
     }
     cudaEvent_t event = nullptr;
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags", what);
-    cudaError_t recorded = cudaEventRecord(event, caller);
-    if (recorded != cudaSuccess) cudaEventDestroy(event);
-    check(recorded, "cudaEventRecord",
+    cudaError_t err = cudaEventRecord(event, caller);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(queue_.stream(), event, 0);
+    cudaEventDestroy(event);  // released once the wait above has happened
+    check(err, "cudaEventRecord",
           what + ": on the caller's stream (is it a stream of device " + std::to_string(device_) + "?)");
-    return event;
-  }
-
-  void discard(EventHandle event) override {
-    if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
-  }
-
-  void begin(EventHandle event) override {
-    check(cudaSetDevice(device_), "cudaSetDevice");  // the progress thread may serve several devices' calls
-    queue_.check_status();
-    queue_.follow(static_cast<cudaEvent_t>(event));
-    discard(event);  // released once the wait recorded above has happened
   }
 
   device::Queue& queue() override { return queue_; }
 
   void* pinned(size_t bytes, int which) override {
+    DeviceGuard guard(device_);
     auto& buffer = staging_.at(static_cast<size_t>(which));
     buffer.reserve(bytes);
     return buffer.data();
@@ -113,36 +102,53 @@ class CudaDevicePath final : public DevicePath {
     return memory_;
   }
 
-  void finish(uint64_t ticket, const device::WaitContext& context, bool failed) override {
-    if (failed) queue_.abort();  // nothing may spin on for an operation that is over
-    std::exception_ptr error;
-    try {
-      queue_.wait_host(queue_.mark(), context);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    // Published even on failure: a caller stream must never wait forever. The error reaches the caller
-    // through the Work and the now broken communicator.
-    static_cast<volatile uint64_t*>(completion_.data())[0] = ticket;
-    if (error && !failed) std::rethrow_exception(error);
+  algo::DeferredStage deferred_stage(const device::WaitContext& limits) override {
+    return algo::DeferredStage(queue_, flag(kToHost), flag(kFromHost), handoffs_, limits);
   }
 
-  void order_caller_stream(StreamHandle stream, uint64_t ticket, std::chrono::milliseconds timeout) override {
+  EventHandle complete(uint64_t ticket) override {
     DeviceGuard guard(device_);
-    std::atomic<bool> never{false};
-    const device::WaitContext context{std::chrono::steady_clock::now() + timeout, &never,
-                                      "Work::wait on the caller's stream for operation " + std::to_string(ticket)};
-    queue_.wait_on(static_cast<cudaStream_t>(stream), static_cast<uint64_t*>(completion_.data()), ticket, context);
+    queue_.signal(flag(kDone).queue_side, ticket, 0);
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cudaError_t recorded = cudaEventRecord(event, queue_.stream());
+    if (recorded != cudaSuccess) cudaEventDestroy(event);
+    check(recorded, "cudaEventRecord");
+    return event;
+  }
+
+  void wait_done(uint64_t ticket, const device::WaitContext& context) override {
+    queue_.host_wait(flag(kDone), ticket, context);
+  }
+
+  void order_caller_stream(StreamHandle stream, EventHandle end) override {
+    DeviceGuard guard(device_);
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(end), 0),
+          "cudaStreamWaitEvent", "Work::wait on the caller's stream");
+  }
+
+  void release(EventHandle end) override {
+    if (end != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(end));
   }
 
   void abort() override { queue_.abort(); }
 
  private:
+  // Host-mapped flags, each on its own 128-byte line: the operations' done tickets, and the two directions of
+  // the hand-offs between device work and host halves (algo::DeferredStage).
+  enum Flag { kDone = 0, kToHost = 1, kFromHost = 2 };
+  static constexpr int kFlagWords = 3 * 16;
+  device::HostFlag flag(Flag which) const {
+    const size_t at = static_cast<size_t>(which) * 16;
+    return {static_cast<uint64_t*>(flags_.device_data()) + at, static_cast<uint64_t*>(flags_.data()) + at};
+  }
+
   int device_;
   size_t piece_bytes_;
   device::cuda::CudaQueue queue_;
-  device::cuda::PinnedBuffer completion_;  // [0]: ticket of the last finished operation, [1]: signature (unused)
-  std::array<device::cuda::PinnedBuffer, 3> staging_;
+  device::cuda::PinnedBuffer flags_;
+  uint64_t handoffs_ = 0;  // sequence numbers handed out on kToHost/kFromHost
+  std::array<device::cuda::PinnedBuffer, 2> staging_;
   std::array<device::cuda::PinnedBuffer, algo::kHierBufferSets> network_staging_;
   std::unique_ptr<transport::cuda::IpcPeerMemory> peers_;
   algo::NodeMemory memory_;

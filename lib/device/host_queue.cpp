@@ -9,8 +9,29 @@
 namespace hiercoll::device {
 
 namespace {
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "flags in shared memory must be lock-free");
-std::atomic<uint64_t>& word(uint64_t* flag, int index) { return reinterpret_cast<std::atomic<uint64_t>*>(flag)[index]; }
+std::atomic<uint64_t>& word(uint64_t* flag, int index) { return flag_word(flag, index); }
+
+// Spins briefly, then sleeps, until `reached()` or the context's deadline or abort. `local_rank` names whom a
+// timeout waited for (-1: the host half of the operation).
+template <class Reached>
+void poll(const WaitContext& context, Reached reached, int local_rank) {
+  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  while (!reached()) {
+    auto now = std::chrono::steady_clock::now();
+    if (context.aborted->load(std::memory_order_relaxed)) {
+      throw RemoteError(context.what + ": the communicator was aborted");
+    }
+    if (now >= context.deadline) {
+      const std::string who = local_rank < 0 ? "the queue" : "local rank " + std::to_string(local_rank);
+      throw TimeoutError(context.what + ": " + who + " never reached this step (did it die, or call another operation?)");
+    }
+    if (now < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
 }  // namespace
 
 void HostQueue::copy(void* dst, const void* src, size_t bytes) {
@@ -35,29 +56,19 @@ void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) 
 
 void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                      const WaitContext& context) {
-  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
   for (int k = 0; k < flag_count; ++k) {
-    while (word(flags[k], 0).load(std::memory_order_acquire) < generation) {
-      auto now = std::chrono::steady_clock::now();
-      if (context.aborted->load(std::memory_order_relaxed)) {
-        throw RemoteError(context.what + ": the communicator was aborted");
-      }
-      if (now >= context.deadline) {
-        throw TimeoutError(context.what + ": local rank " + std::to_string(k) +
-                           " never reached this step (did it die, or call another operation?)");
-      }
-      if (now < spin_until) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-    }
+    poll(context, [&] { return word(flags[k], 0).load(std::memory_order_acquire) >= generation; },
+         k);
     // The generation was published after the signature (release/acquire): this read sees this step's.
     if (signature != 0 && word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
       throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +
                               " called this operation with a different count, type or op");
     }
   }
+}
+
+void HostQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) {
+  poll(context, [&] { return word(flag.host_side, 0).load(std::memory_order_acquire) >= value; }, -1);
 }
 
 }  // namespace hiercoll::device

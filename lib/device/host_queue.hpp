@@ -1,6 +1,6 @@
 #pragma once
-// HostQueue: the Queue of host memory. Each call runs at once on the calling thread, so mark() and
-// wait_host() have nothing to wait for; flag waits spin briefly, then sleep, until the deadline.
+// HostQueue: the Queue of host memory. Each call runs at once on the calling thread; flag waits (and
+// host_wait) spin briefly, then sleep, until the deadline.
 #include "device/queue.hpp"
 
 namespace hiercoll::device {
@@ -15,8 +15,7 @@ class HostQueue final : public Queue {
   void signal(uint64_t* flag, uint64_t generation, uint64_t signature) override;
   void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
             const WaitContext& context) override;
-  Marker mark() override { return 0; }
-  void wait_host(Marker, const WaitContext&) override {}
+  void host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) override;
 };
 
 }  // namespace hiercoll::device

@@ -27,8 +27,24 @@ struct WaitContext {
   std::string what;
 };
 
-/// A position in a queue: the work enqueued before mark() returned it.
-using Marker = uint64_t;
+/// A counter in host memory that both a queue's work and host threads reach (pinned and mapped for CudaQueue):
+/// the queue's work signal()s and wait()s on `queue_side`, host threads read and write `host_side`. Two words,
+/// like every flag (generation, signature).
+struct HostFlag {
+  uint64_t* queue_side = nullptr;
+  uint64_t* host_side = nullptr;
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "flags in shared or mapped memory must be lock-free");
+/// Word `index` of a flag, as host threads access it.
+inline std::atomic<uint64_t>& flag_word(uint64_t* flag, int index) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(flag)[index];
+}
+
+/// Host side of a HostFlag: publishes `value` to the queue's waits (release: host writes before it are seen).
+inline void host_signal(const HostFlag& flag, uint64_t value) {
+  flag_word(flag.host_side, 0).store(value, std::memory_order_release);
+}
 
 inline constexpr int kMaxFlagsPerWait = 64;
 
@@ -53,11 +69,9 @@ class Queue {
   virtual void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                     const WaitContext& context) = 0;
 
-  /// A marker for the work enqueued so far.
-  virtual Marker mark() = 0;
-  /// Blocks the host until the work before `marker` has run; throws what a device-side wait failed with,
-  /// or TimeoutError at the deadline. Safe to call from another thread than the one that enqueues.
-  virtual void wait_host(Marker marker, const WaitContext& context) = 0;
+  /// Host side of a HostFlag: blocks the calling thread until `flag` reaches `value` (acquire), throwing what a
+  /// wait of this queue failed with, RemoteError on abort, or TimeoutError at the deadline. Any thread.
+  virtual void host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) = 0;
 };
 
 }  // namespace hiercoll::device

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -96,9 +97,14 @@ std::vector<uint8_t> read_back(Rank& k, const uint8_t* src, size_t bytes) {
 }
 
 
+// HIERCOLL_TEST_VERBOSE=1: each rank names every case as it starts it, so a hang shows where it is.
+const bool g_verbose = std::getenv("HIERCOLL_TEST_VERBOSE") != nullptr;
+
 std::string name(const char* op, DataType type, ReduceOp reduce_op, size_t count, bool in_place) {
-  return std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) + " count=" + std::to_string(count) +
-         (in_place ? " in-place" : " out-of-place");
+  std::string what = std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) +
+                     " count=" + std::to_string(count) + (in_place ? " in-place" : " out-of-place");
+  if (g_verbose) std::fprintf(stderr, "case %s\n", what.c_str());
+  return what;
 }
 
 void run_allreduce(Rank& k) {
@@ -113,10 +119,10 @@ void run_allreduce(Rank& k) {
           const size_t bytes = count * dtype_size(type);
           DeviceBuffer in(bytes), out(bytes);
           uint8_t* target = in_place ? in.data() : out.data();
+          std::string what = name("allreduce", type, op, count, in_place);
           write_late(k, in.data(), host_input(k.r, count, type, op, seed), bytes);
           k.comm.allreduce(in.data(), target, count, type, op, on).wait();
           auto got = read_back(k, target, bytes);
-          std::string what = name("allreduce", type, op, count, in_place);
           for (size_t i = 0; i < count; ++i) {
             expect_equal(what, type, op, got.data(), i, hiercoll::test::reference_value(k.n, i, type, op, seed));
           }
@@ -264,6 +270,8 @@ int worker() {
 
 }  // namespace
 
+// Usage: hiercoll_collectives_cuda_test [scenario index...] (default: all). HIERCOLL_TIMEOUT_MS overrides the
+// ranks' timeout; HIERCOLL_TEST_VERBOSE=1 lets the ranks print to our terminal as they go.
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "worker") return worker();
   int devices = 0;
@@ -286,18 +294,31 @@ int main(int argc, char** argv) {
     std::printf("FAIL readlink /proc/self/exe\n");
     return 1;
   }
+  std::vector<size_t> chosen;
+  for (int i = 1; i < argc; ++i) chosen.push_back(std::stoul(argv[i]));
+  if (chosen.empty()) {
+    for (size_t i = 0; i < scenarios.size(); ++i) chosen.push_back(i);
+  }
+  const char* timeout_ms = std::getenv("HIERCOLL_TIMEOUT_MS");
   int failed = 0;
-  for (const auto& s : scenarios) {
+  for (size_t index : chosen) {
+    if (index >= scenarios.size()) {
+      std::printf("FAIL no scenario %zu (there are %zu)\n", index, scenarios.size());
+      return 1;
+    }
+    const Scenario& s = scenarios[index];
     hiercoll::test::LaunchOptions options;
     options.env = {{"HIERCOLL_FABRIC_PROVIDER", "tcp"},
                    {"HIERCOLL_FABRIC_IFACE", "lo"},
-                   {"HIERCOLL_TIMEOUT_MS", "120000"},
+                   {"HIERCOLL_TIMEOUT_MS", timeout_ms ? timeout_ms : "120000"},
                    {"HIERCOLL_CUDA_PIECE_BYTES", "64K"}};  // many pieces: the pipeline and slot rotation run
+    options.inherit_output = g_verbose;
     options.node_of = s.node_of;
     options.timeout = std::chrono::seconds(900);
     auto result = hiercoll::test::launch(s.ranks, self, {"worker"}, options);
     bool ok = result.all_ok();
     std::printf("%s: %s\n", s.name, ok ? "passed" : "FAILED");
+    std::fflush(stdout);
     if (!ok) {
       std::printf("%s\n", result.report().c_str());
       ++failed;

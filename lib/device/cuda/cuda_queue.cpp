@@ -23,6 +23,10 @@ volatile uint32_t* words(const PinnedBuffer& control) { return static_cast<volat
 
 CudaQueue::CudaQueue(int device) : device_(device) {
   DeviceGuard guard(device_);
+  // Every kernel this queue launches is loaded now, before any flag wait can spin (lazy loading, see
+  // reduce_cuda.hpp). Loading is per context and cheap once done, so each queue simply asks again.
+  load_sync_kernels();
+  reduce::cuda::load_kernels();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   control_.reserve(64);
   for (int i = 0; i < 16; ++i) words(control_)[i] = 0;
@@ -33,7 +37,6 @@ CudaQueue::~CudaQueue() {
   abort();
   DeviceGuard guard(device_);
   cudaStreamSynchronize(stream_);
-  for (auto& [marker, event] : markers_) cudaEventDestroy(event);
   cudaStreamDestroy(stream_);
   control_.leak();  // the abort word: waits queued on callers' streams may still read it
 }
@@ -87,60 +90,25 @@ void CudaQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
   enqueue_wait(wait_args(flags, flag_count, generation, signature, context), stream_);
 }
 
-void CudaQueue::wait_on(cudaStream_t other, uint64_t* flag, uint64_t generation, const WaitContext& context) {
-  void* device_flag = nullptr;
-  check(cudaHostGetDevicePointer(&device_flag, flag, 0), "cudaHostGetDevicePointer", "completion flag");
-  const uint64_t* flags[] = {static_cast<const uint64_t*>(device_flag)};
-  enqueue_wait(wait_args(flags, 1, generation, 0, context), other);
-}
-
 void CudaQueue::follow(cudaEvent_t event) { check(cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent"); }
 
-Marker CudaQueue::mark() {
-  cudaEvent_t event = nullptr;
-  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  cudaError_t recorded = cudaEventRecord(event, stream_);
-  if (recorded != cudaSuccess) cudaEventDestroy(event);
-  check(recorded, "cudaEventRecord");
-  std::lock_guard<std::mutex> lock(mutex_);
-  markers_[next_marker_] = event;
-  return next_marker_++;
-}
-
-void CudaQueue::wait_host(Marker marker, const WaitContext& context) {
-  DeviceGuard guard(device_);  // the helper thread calls this too
-  cudaEvent_t event = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = markers_.find(marker);
-    if (it == markers_.end()) throw InternalError(context.what + ": unknown queue marker " + std::to_string(marker));
-    event = it->second;
-  }
+void CudaQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) {
+  // Host memory only (see the header): a volatile read of the mapped word, the status words, the clock.
   auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-  for (;;) {
-    cudaError_t state = cudaEventQuery(event);
-    if (state == cudaSuccess) break;
-    if (state != cudaErrorNotReady) check(state, "cudaEventQuery", context.what);
+  while (flag_word(flag.host_side, 0).load(std::memory_order_acquire) < value) {
+    check_status();  // a device-side wait gave up: the flag may never come
     auto now = std::chrono::steady_clock::now();
     if (context.aborted->load(std::memory_order_relaxed)) {
       abort();
       throw RemoteError(context.what + ": the communicator was aborted");
     }
-    // The device waits have their own budgets; this one only guards against a stream that never drains.
+    // The device waits have budgets of their own; this one guards against work that never arrives.
     if (now >= context.deadline + std::chrono::seconds(5)) {
       abort();
-      throw TimeoutError(context.what + ": device work did not finish by the deadline");
+      throw TimeoutError(context.what + ": the device did not reach this step by the deadline");
     }
     if (now < spin_until) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  {
-    // Events complete in stream order: this marker and every earlier one are done.
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = markers_.begin(); it != markers_.end() && it->first <= marker;) {
-      cudaEventDestroy(it->second);
-      it = markers_.erase(it);
-    }
   }
   check_status();
 }

@@ -2,10 +2,12 @@
 // CudaQueue: the Queue of device memory. Work goes onto one internal non-blocking stream of one device (it
 // never synchronises with the legacy default stream, so a caller's cudaMemcpy cannot stall behind a flag
 // wait). Flag waits are kernels that spin on peers' flags with a time budget; the first one to give up
-// records why in host-mapped status words, every later wait then gives up at once, and wait_host() turns
-// the record into an exception. Markers are CUDA events.
+// records why in host-mapped status words, every later wait then gives up at once, and host_wait() turns
+// the record into an exception.
 //
-// Threads: the progress thread enqueues; wait_host() may run on another thread (the network helper).
+// Threads: one thread at a time enqueues (the caller's, under the communicator's device lock); host_wait() and
+// abort() touch host memory only, never the CUDA API, so the progress thread can run them while another thread
+// is inside a blocking CUDA call (see core/device_path.hpp for why that matters).
 #include <cuda_runtime_api.h>
 
 #include <map>
@@ -34,16 +36,12 @@ class CudaQueue final : public Queue {
   void signal(uint64_t* flag, uint64_t generation, uint64_t signature) override;
   void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
             const WaitContext& context) override;
-  Marker mark() override;
-  void wait_host(Marker marker, const WaitContext& context) override;
+  void host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   /// Work enqueued from now on starts after `event` (recorded on a caller's stream).
   void follow(cudaEvent_t event);
-  /// Enqueues on `other` (a caller's stream) a wait until the host-mapped `flag` reaches `generation`; it gives
-  /// up like any flag wait (deadline, abort).
-  void wait_on(cudaStream_t other, uint64_t* flag, uint64_t generation, const WaitContext& context);
   /// Makes every device-side wait, queued or running, give up: nothing spins on after an abort.
   void abort();
   /// Throws if a device-side wait has given up (the queue is then unusable).
@@ -57,9 +55,7 @@ class CudaQueue final : public Queue {
   int device_;
   cudaStream_t stream_ = nullptr;
   PinnedBuffer control_;  // [0..2] status words (see sync_kernels.cuh), [4] abort word
-  std::mutex mutex_;      // guards the two maps below: wait_host() runs on the network helper thread
-  std::map<Marker, cudaEvent_t> markers_;
-  Marker next_marker_ = 1;
+  std::mutex mutex_;  // guards wait_names_: check_status() runs on the progress thread
   std::map<uint32_t, std::string> wait_names_;  // what each wait was for, to name a failed one
   uint32_t next_wait_ = 1;
 };

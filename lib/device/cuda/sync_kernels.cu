@@ -63,6 +63,13 @@ void check_launch(const char* what) {
 
 }  // namespace
 
+void load_sync_kernels() {
+  cudaFuncAttributes attributes{};
+  for (cudaError_t err : {cudaFuncGetAttributes(&attributes, signal_kernel), cudaFuncGetAttributes(&attributes, wait_kernel)}) {
+    if (err != cudaSuccess) throw CudaError(std::string("loading the flag kernels: ") + cudaGetErrorString(err));
+  }
+}
+
 void enqueue_signal(uint64_t* flag, uint64_t generation, uint64_t signature, cudaStream_t stream) {
   signal_kernel<<<1, 1, 0, stream>>>(flag, generation, signature);
   check_launch("signal kernel launch");

@@ -23,6 +23,8 @@ struct WaitArgs {
   uint32_t wait_id;
 };
 
+/// Loads the two kernels below into the current device's context (see reduce::cuda::load_kernels for why).
+void load_sync_kernels();
 /// flag[1] = signature, then flag[0] = generation, visible system-wide after all earlier work of the stream.
 void enqueue_signal(uint64_t* flag, uint64_t generation, uint64_t signature, cudaStream_t stream);
 /// Later work on `stream` starts once every flag reached `generation` (or the wait gave up, see status).

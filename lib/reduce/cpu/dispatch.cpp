@@ -8,14 +8,22 @@
 namespace hiercoll::reduce {
 namespace {
 
+// Each table is made only when first asked for: make_kernel_table() is compiled for its instruction set, so
+// even filling the table may use instructions this CPU lacks (AVX-512 stores did, on an AVX2-only machine).
 const KernelTable& table_for(Isa isa) {
-  static const KernelTable scalar_table = scalar::make_kernel_table();
-  static const KernelTable avx2_table = avx2::make_kernel_table();
-  static const KernelTable avx512_table = avx512::make_kernel_table();
   switch (isa) {
-    case Isa::kAvx512: return avx512_table;
-    case Isa::kAvx2: return avx2_table;
-    default: return scalar_table;
+    case Isa::kAvx512: {
+      static const KernelTable table = avx512::make_kernel_table();
+      return table;
+    }
+    case Isa::kAvx2: {
+      static const KernelTable table = avx2::make_kernel_table();
+      return table;
+    }
+    default: {
+      static const KernelTable table = scalar::make_kernel_table();
+      return table;
+    }
   }
 }
 

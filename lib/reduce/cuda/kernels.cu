@@ -336,4 +336,46 @@ void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t
   check_launch("divide kernel launch");
 }
 
+namespace {
+
+template <class K>
+void load(K kernel) {
+  cudaFuncAttributes attributes{};
+  cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
+  if (err != cudaSuccess) throw CudaError(std::string("loading the reduction kernels: ") + cudaGetErrorString(err));
+}
+
+template <class T, ReduceOp Op>
+void load_op() {
+  load(reduce_vectorised<T, Op>);
+  load(reduce_elementwise<T, Op>);
+  load(reduce_many_vectorised<T, Op>);
+  load(reduce_many_elementwise<T, Op>);
+}
+
+template <class T>
+void load_type() {
+  load_op<T, ReduceOp::kSum>();
+  load_op<T, ReduceOp::kProd>();
+  load_op<T, ReduceOp::kMin>();
+  load_op<T, ReduceOp::kMax>();
+}
+
+}  // namespace
+
+void load_kernels() {
+  load_type<float>();
+  load_type<double>();
+  load_type<__half>();
+  load_type<__nv_bfloat16>();
+  load_type<int8_t>();
+  load_type<uint8_t>();
+  load_type<int32_t>();
+  load_type<int64_t>();
+  load(divide_kernel<float>);
+  load(divide_kernel<double>);
+  load(divide_kernel<__half>);
+  load(divide_kernel<__nv_bfloat16>);
+}
+
 }  // namespace hiercoll::reduce::cuda

@@ -22,4 +22,10 @@ void reduce_many(void* dst, const void* const* sources, int source_count, size_t
 /// buffer[i] /= divisor (floating types only).
 void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t stream);
 
+/// Loads every kernel above into the current device's context now. Under CUDA's lazy loading (the default since
+/// 12.2, and what torch sets) a kernel's first launch may wait for the whole context to go idle, so it must not
+/// first happen while a flag-wait kernel spins for it (see device/cuda/cuda_queue.hpp): a deadlock until the wait's
+/// budget runs out. NCCL loads its kernels up front for the same reason.
+void load_kernels();
+
 }  // namespace hiercoll::reduce::cuda
