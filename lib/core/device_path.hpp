@@ -72,8 +72,10 @@ class DevicePath {
   virtual void wait_done(uint64_t ticket, const device::WaitContext& context) = 0;
 
   // ---- Any thread ----
-  /// `stream` waits on the device for `end` (from complete()).
+  /// `stream` waits on the device for `end` (from complete()); a caller's thread (Work::wait).
   virtual void order_caller_stream(StreamHandle stream, EventHandle end) = 0;
+  /// Gives `end` back, without a CUDA call: the last owner of a Work may be the progress thread. The event is
+  /// destroyed by a later complete(), on a caller's thread.
   virtual void release(EventHandle end) = 0;
   /// Makes every device-side wait, queued or running, give up (a failed operation, communicator abort).
   virtual void abort() = 0;

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <mutex>
+#include <vector>
 
 #include "core/device_path.hpp"
 #include "device/cuda/cuda_check.hpp"
@@ -52,6 +54,7 @@ class CudaDevicePath final : public DevicePath {
     // that already read the abort word may still read them.
     queue_.abort();
     flags_.leak();
+    for (cudaEvent_t event : released_) cudaEventDestroy(event);
   }
 
   int device() const override { return device_; }
@@ -108,6 +111,11 @@ class CudaDevicePath final : public DevicePath {
 
   EventHandle complete(uint64_t ticket) override {
     DeviceGuard guard(device_);
+    {
+      std::lock_guard<std::mutex> lock(released_mutex_);
+      for (cudaEvent_t event : released_) cudaEventDestroy(event);
+      released_.clear();
+    }
     queue_.signal(flag(kDone).queue_side, ticket, 0);
     cudaEvent_t event = nullptr;
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -128,7 +136,12 @@ class CudaDevicePath final : public DevicePath {
   }
 
   void release(EventHandle end) override {
-    if (end != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(end));
+    // No cudaEventDestroy here: on the progress thread it could wait for a driver lock that a caller holds in a
+    // blocking copy which waits for an operation only the progress thread can finish. Seen on an H100 as an
+    // intermittent hang of the operation after the one whose Work was dropped.
+    if (end == nullptr) return;
+    std::lock_guard<std::mutex> lock(released_mutex_);
+    released_.push_back(static_cast<cudaEvent_t>(end));
   }
 
   void abort() override { queue_.abort(); }
@@ -152,6 +165,8 @@ class CudaDevicePath final : public DevicePath {
   std::array<device::cuda::PinnedBuffer, algo::kHierBufferSets> network_staging_;
   std::unique_ptr<transport::cuda::IpcPeerMemory> peers_;
   algo::NodeMemory memory_;
+  std::mutex released_mutex_;
+  std::vector<cudaEvent_t> released_;  // given back by Works, destroyed by the next complete()
 };
 
 }  // namespace
