@@ -63,8 +63,8 @@ run() {
   # 1. CUDA tests: device kernels vs host kernels; every collective on device buffers, ranks sharing the GPU,
   #    one scenario per step (indices: see test/cuda/collectives_cuda_test.cu).
   step cuda_reduce 60 $build/test/hiercoll_reduce_cuda_test
-  local scenario names=(2r-1node 3r-1node 4r-1node 2x2-nodes 2x1-staged)
-  for scenario in 0 3 4 2 1; do
+  local scenario names=(2r-1node 3r-1node 4r-1node 2x2-nodes 2x1-staged 1r)
+  for scenario in 5 0 3 4 2 1; do
     HIERCOLL_TIMEOUT_MS=30000 step "cuda_collectives_${names[$scenario]}" "${COLL_LIMIT:-120}" \
       $build/test/hiercoll_collectives_cuda_test $scenario
   done

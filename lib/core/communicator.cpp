@@ -2,6 +2,7 @@
 // InvalidUsageError and leaves the communicator usable), then hands the work to the progress thread.
 #include "hiercoll/communicator.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <sstream>
@@ -167,7 +168,14 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
         std::move(what), descriptor,
         [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); });
   }
-  if (!device_issue) {
+  if (impl.size() == 1) {
+    // Alone, every collective is its input copied to its output (kAvg divides by one): a device copy, not a
+    // trip through host memory (23.7 us for 8 B and 2.1 ms for 16 MB staged on an H100, where NCCL takes 8 us).
+    device_issue = [buffers](const algo::Issue&, DevicePath& path) -> algo::NetworkStage::Job {
+      path.queue().copy(buffers.out, buffers.in, std::min(buffers.in_bytes, buffers.out_bytes));
+      return nullptr;
+    };
+  } else if (!device_issue) {
     device_issue = [buffers, host = std::move(host_body)](const algo::Issue& issue, DevicePath& path) {
       return issue_staged(issue, path, buffers, host);
     };

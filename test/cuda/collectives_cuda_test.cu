@@ -1,7 +1,8 @@
 // Every collective on CUDA device buffers, each rank against the serial reference (test/common/values.hpp),
 // with ranks sharing the machine's GPUs (local rank modulo the device count: on a one-GPU machine they all
-// share it, through CUDA IPC). Layouts: 2, 3 and 4 ranks on one node (intra-node phases on the GPU only) and
-// 2 emulated nodes x 2 ranks (the inter-node phase staged through pinned host memory over libfabric).
+// share it, through CUDA IPC). Layouts: 2, 3 and 4 ranks on one node (intra-node phases on the GPU only),
+// 2 emulated nodes x 2 ranks (the inter-node phase staged through pinned host memory over libfabric), 2 x 1
+// (every collective staged), and 1 rank (device copies only). Arguments pick scenarios by index.
 //
 // Stream semantics are checked on the way: each input is written on the caller's stream by a kernel that
 // first idles, so a collective that did not wait for the stream would read the poison underneath; results
@@ -288,7 +289,8 @@ int main(int argc, char** argv) {
                                            {"3 ranks, 1 node", 3, {}},
                                            {"4 ranks, 1 node", 4, {}},
                                            {"2 nodes x 2 ranks", 4, hiercoll::test::regular_nodes(2, 2)},
-                                           {"2 nodes x 1 rank (staged)", 2, hiercoll::test::regular_nodes(2, 1)}};
+                                           {"2 nodes x 1 rank (staged)", 2, hiercoll::test::regular_nodes(2, 1)},
+                                           {"1 rank (device copies)", 1, {}}};
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) {
     std::printf("FAIL readlink /proc/self/exe\n");
