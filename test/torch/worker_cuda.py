@@ -106,9 +106,14 @@ def ddp():
 
 dist.init_process_group("hiercoll", rank=RANK, world_size=SIZE)
 torch.cuda.set_device(DEVICE)
-collectives()
-side_stream()
-ddp()
+# A phase that raises is a failure like any other, and the phases before it still report theirs.
+for phase in (collectives, side_stream, ddp):
+    try:
+        phase()
+    except Exception as e:  # noqa: BLE001 - reported below, and the run fails
+        failures.append(f"{phase.__name__} raised {type(e).__name__}: {str(e)[:300]}")
+        break
+print(f"rank {RANK}: phases done, {len(failures)} failures so far", flush=True)
 dist.barrier()
 dist.destroy_process_group()
 print(f"rank {RANK}: {len(failures)} failed")
