@@ -293,7 +293,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   try {
     return push(std::move(op), std::make_shared<EventOrder>(path, stream, end));
   } catch (...) {
-    path->abort();
+    path->abort();  // the device work is enqueued, but no host half will run (the EventOrder released `end`)
     throw;
   }
 }
