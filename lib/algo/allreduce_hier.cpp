@@ -106,8 +106,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   // Phase (2) of a piece, as a job that outlives this call (device memory: it runs on the progress thread later).
   auto network_job = [&](const Piece& p) -> NetworkStage::Job {
     uint8_t* data = staged ? m.network_staging[p.slot] : p.mine;
-    return [&h, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial,
-            world](Channel& ch) {
+    return [&h, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial, world](Channel& ch) {
       // Inner steps per piece are bounded by 2 N (chunks per shard + 1); pieces get disjoint step ranges.
       const size_t chunk = std::max<size_t>(1, ch.config().chunk_bytes / elem);
       const auto stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L + align) / chunk + 2) + 8);

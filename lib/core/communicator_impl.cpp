@@ -299,7 +299,8 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
 }
 
 algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue, DevicePath& path) {
-  auto exchange = [&](const std::vector<uint8_t>& mine) {    // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
+  auto exchange = [&](const std::vector<uint8_t>& mine) {
+    // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
     const std::string prefix = "cuda-ipc/" + std::to_string(layout_.node) + "/";
     store_->set(prefix + std::to_string(layout_.local_rank), mine);
     std::vector<std::string> keys;

@@ -23,7 +23,8 @@ void poll(const WaitContext& context, Reached reached, int local_rank) {
     }
     if (now >= context.deadline) {
       const std::string who = local_rank < 0 ? "the queue" : "local rank " + std::to_string(local_rank);
-      throw TimeoutError(context.what + ": " + who + " never reached this step (did it die, or call another operation?)");
+      throw TimeoutError(context.what + ": " + who +
+                         " never reached this step (did it die, or call another operation?)");
     }
     if (now < spin_until) {
       std::this_thread::yield();
@@ -57,8 +58,8 @@ void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) 
 void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                      const WaitContext& context) {
   for (int k = 0; k < flag_count; ++k) {
-    poll(context, [&] { return word(flags[k], 0).load(std::memory_order_acquire) >= generation; },
-         k);
+    poll(
+        context, [&] { return word(flags[k], 0).load(std::memory_order_acquire) >= generation; }, k);
     // The generation was published after the signature (release/acquire): this read sees this step's.
     if (signature != 0 && word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
       throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +
@@ -68,7 +69,8 @@ void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
 }
 
 void HostQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) {
-  poll(context, [&] { return word(flag.host_side, 0).load(std::memory_order_acquire) >= value; }, -1);
+  poll(
+      context, [&] { return word(flag.host_side, 0).load(std::memory_order_acquire) >= value; }, -1);
 }
 
 }  // namespace hiercoll::device

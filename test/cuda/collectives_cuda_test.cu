@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "expect.hpp"
 #include "hiercoll/hiercoll.hpp"
 #include "launcher.hpp"
-#include "expect.hpp"
 #include "values.hpp"
 
 using namespace hiercoll;
@@ -96,7 +96,6 @@ std::vector<uint8_t> read_back(Rank& k, const uint8_t* src, size_t bytes) {
   check(cudaStreamSynchronize(k.stream), "cudaStreamSynchronize");
   return host;
 }
-
 
 // HIERCOLL_TEST_VERBOSE=1: each rank names every case as it starts it, so a hang shows where it is.
 const bool g_verbose = std::getenv("HIERCOLL_TEST_VERBOSE") != nullptr;
@@ -199,7 +198,6 @@ void run_others(Rank& k) {
     }
   }
 }
-
 
 void run_semantics(Rank& k) {
   const size_t count = 1 << 20;

@@ -68,7 +68,7 @@ uint32_t CudaQueue::name_wait(const std::string& what) {
 }
 
 WaitArgs CudaQueue::wait_args(const uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
-                               const WaitContext& context) {
+                              const WaitContext& context) {
   if (flag_count > kMaxWaitFlags) {
     throw InvalidUsageError(context.what + ": " + std::to_string(flag_count) + " local ranks; device flag waits take " +
                             std::to_string(kMaxWaitFlags) + " at most");

@@ -54,8 +54,8 @@ class CudaQueue final : public Queue {
 
   int device_;
   cudaStream_t stream_ = nullptr;
-  PinnedBuffer control_;  // [0..2] status words (see sync_kernels.cuh), [4] abort word
-  std::mutex mutex_;  // guards wait_names_: check_status() runs on the progress thread
+  PinnedBuffer control_;                        // [0..2] status words (see sync_kernels.cuh), [4] abort word
+  std::mutex mutex_;                            // guards wait_names_: check_status() runs on the progress thread
   std::map<uint32_t, std::string> wait_names_;  // what each wait was for, to name a failed one
   uint32_t next_wait_ = 1;
 };

@@ -65,7 +65,8 @@ void check_launch(const char* what) {
 
 void load_sync_kernels() {
   cudaFuncAttributes attributes{};
-  for (cudaError_t err : {cudaFuncGetAttributes(&attributes, signal_kernel), cudaFuncGetAttributes(&attributes, wait_kernel)}) {
+  for (cudaError_t err :
+       {cudaFuncGetAttributes(&attributes, signal_kernel), cudaFuncGetAttributes(&attributes, wait_kernel)}) {
     if (err != cudaSuccess) throw CudaError(std::string("loading the flag kernels: ") + cudaGetErrorString(err));
   }
 }
