@@ -95,7 +95,14 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 
   // Everyone has connected and attached once this barrier passes: the store and the shared-memory
   // segment's name are no longer needed.
-  enqueue_collective("init barrier", {kOpBarrier}, [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
+  try {
+    enqueue_collective("init barrier", {kOpBarrier}, [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
+  } catch (...) {
+    // A constructor that throws runs no destructor: the progress thread must be joined here, or destroying the
+    // joinable std::thread member terminates the process instead of raising the barrier's error.
+    stop_progress();
+    throw;
+  }
   if (arena_) arena_->unlink();
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
@@ -180,7 +187,9 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
   selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready);
 }
 
-CommunicatorImpl::~CommunicatorImpl() {
+CommunicatorImpl::~CommunicatorImpl() { stop_progress(); }
+
+void CommunicatorImpl::stop_progress() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -195,12 +204,7 @@ void CommunicatorImpl::abort() {
     std::lock_guard<std::mutex> lock(device_mutex_);
     if (device_) device_->abort();  // device-side waits give up too
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  stop_progress();
 }
 
 Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {

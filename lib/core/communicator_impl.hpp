@@ -79,6 +79,8 @@ class CommunicatorImpl {
   }
 
  private:
+  /// Stops and joins the progress thread.
+  void stop_progress();
   struct Op {
     std::string what;
     std::function<void(const std::shared_ptr<WorkState>&)> run;

@@ -171,6 +171,21 @@ TEST_CASE("a rank that never arrives is named in a timeout", "[mp][errors]") {
   }
 }
 
+// A rank that got through the store rendezvous but cannot talk to the others (here: another libfabric provider, whose
+// wire protocol the tcp ranks do not speak) fails the init barrier: every rank must raise a TimeoutError from the
+// constructor, not die of std::terminate with its progress thread still running.
+TEST_CASE("a rank lost between rendezvous and the init barrier gives every rank a timeout", "[mp][errors]") {
+  auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "3000"}});
+  options.rank_env[3] = {{"HIERCOLL_FABRIC_PROVIDER", "sockets"}};
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"hello"}, options);
+  INFO(result.report());
+  for (int r = 0; r < 3; ++r) {
+    CHECK(result.ranks[r].exit_code == 3);
+    CHECK(result.ranks[r].output.find("[timeout]") != std::string::npos);
+    CHECK(result.ranks[r].output.find("init barrier") != std::string::npos);
+  }
+}
+
 TEST_CASE("with HIERCOLL_DEBUG=DETAIL, ranks calling different collectives all get a clear error", "[mp][errors]") {
   auto result = launch(3, HIERCOLL_MP_WORKER, {"check-mismatch"},
                        loopback({{"HIERCOLL_DEBUG", "DETAIL"}, {"HIERCOLL_TIMEOUT_MS", "10000"}}));
