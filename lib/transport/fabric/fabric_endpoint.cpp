@@ -48,59 +48,18 @@ struct FabricRequest : Request {
 class FabricEndpoint final : public Endpoint {
  public:
   explicit FabricEndpoint(const FabricOptions& options) {
-    info_ = choose_info(options);
-    check_fi("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
-    check_fi("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
-
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    check_fi("fi_av_open", fi_av_open(domain_, &av_attr, &av_, nullptr));
-
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    cq_attr.size = 4096;
-    cq_attr.wait_obj = FI_WAIT_UNSPEC;  // lets progress() sleep in the provider instead of spinning
-    if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
-      cq_can_wait_ = true;
-    } else {
-      cq_attr.wait_obj = FI_WAIT_NONE;
-      check_fi("fi_cq_open", fi_cq_open(domain_, &cq_attr, &cq_, nullptr));
+    // A constructor that throws runs no destructor: what was opened before the failing step is closed here.
+    try {
+      open(options);
+    } catch (...) {
+      close();
+      throw;
     }
-
-    check_fi("fi_endpoint", fi_endpoint(domain_, info_, &ep_, nullptr));
-    check_fi("fi_ep_bind(av)", fi_ep_bind(ep_, &av_->fid, 0));
-    check_fi("fi_ep_bind(cq)", fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV));
-    check_fi("fi_enable", fi_enable(ep_));
-
-    needs_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || options.force_mr;
-    if (needs_mr_) {
-      mr_cache_ = std::make_unique<MrCache>(
-          options.mr_cache_entries,
-          [this](uintptr_t begin, size_t length) {
-            fid_mr* mr = nullptr;
-            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0, 0, 0,
-                                            &mr, nullptr));
-            MrCache::Registration reg;
-            reg.handle = mr;
-            reg.descriptor = fi_mr_desc(mr);
-            return reg;
-          },
-          [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
-    }
-    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << ", domain " << info_->domain_attr->name << ", cq wait "
-                                            << (cq_can_wait_ ? "yes" : "no") << ", mr "
-                                            << (needs_mr_ ? "registered (cache)" : "not needed"));
   }
 
   ~FabricEndpoint() override {
     cancel_all("endpoint closed");
-    if (ep_) fi_close(&ep_->fid);
-    mr_cache_.reset();  // registrations before the domain
-    if (cq_) fi_close(&cq_->fid);
-    if (av_) fi_close(&av_->fid);
-    if (domain_) fi_close(&domain_->fid);
-    if (fabric_) fi_close(&fabric_->fid);
-    if (info_) fi_freeinfo(info_);
+    close();
   }
 
   std::string provider() const override { return info_->fabric_attr->prov_name; }
@@ -169,6 +128,67 @@ class FabricEndpoint final : public Endpoint {
   }
 
  private:
+  void open(const FabricOptions& options) {
+    info_ = choose_info(options);
+    check_fi("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
+    check_fi("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
+
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    check_fi("fi_av_open", fi_av_open(domain_, &av_attr, &av_, nullptr));
+
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.size = 4096;
+    cq_attr.wait_obj = FI_WAIT_UNSPEC;  // lets progress() sleep in the provider instead of spinning
+    if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
+      cq_can_wait_ = true;
+    } else {
+      cq_attr.wait_obj = FI_WAIT_NONE;
+      check_fi("fi_cq_open", fi_cq_open(domain_, &cq_attr, &cq_, nullptr));
+    }
+
+    check_fi("fi_endpoint", fi_endpoint(domain_, info_, &ep_, nullptr));
+    check_fi("fi_ep_bind(av)", fi_ep_bind(ep_, &av_->fid, 0));
+    check_fi("fi_ep_bind(cq)", fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV));
+    check_fi("fi_enable", fi_enable(ep_));
+
+    needs_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || options.force_mr;
+    if (needs_mr_) {
+      mr_cache_ = std::make_unique<MrCache>(
+          options.mr_cache_entries,
+          [this](uintptr_t begin, size_t length) {
+            fid_mr* mr = nullptr;
+            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0, 0, 0,
+                                            &mr, nullptr));
+            MrCache::Registration reg;
+            reg.handle = mr;
+            reg.descriptor = fi_mr_desc(mr);
+            return reg;
+          },
+          [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
+    }
+    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << ", domain " << info_->domain_attr->name << ", cq wait "
+                                            << (cq_can_wait_ ? "yes" : "no") << ", mr "
+                                            << (needs_mr_ ? "registered (cache)" : "not needed"));
+  }
+
+  // Closes whatever is open, children before parents; safe on a partly opened endpoint.
+  void close() {
+    if (ep_) fi_close(&ep_->fid);
+    mr_cache_.reset();  // registrations before the domain
+    if (cq_) fi_close(&cq_->fid);
+    if (av_) fi_close(&av_->fid);
+    if (domain_) fi_close(&domain_->fid);
+    if (fabric_) fi_close(&fabric_->fid);
+    if (info_) fi_freeinfo(info_);
+    ep_ = nullptr;
+    cq_ = nullptr;
+    av_ = nullptr;
+    domain_ = nullptr;
+    fabric_ = nullptr;
+    info_ = nullptr;
+  }
   static fi_info* choose_info(const FabricOptions& options) {
     std::vector<std::string> candidates;
     if (!options.provider.empty()) {
