@@ -42,13 +42,23 @@ Channel Channel::subgroup(const std::vector<int>& world_ranks, int my_index, uin
   return sub;
 }
 
+namespace {
+
+// The tag keeps 16 bits of the step, so steps wrap modulo 65536, on purpose: an operation may number more steps than
+// that (the hierarchical allreduce gives each piece its own range, and a message of tens of GB has thousands of
+// pieces). Two steps that wrap onto one tag are at least 65536 apart, and every step a rank posts is matched before
+// it gets that far ahead of any peer (pieces cross the network one after another), so they never meet.
+uint16_t wrapped(uint32_t step) { return static_cast<uint16_t>(step & 0xffffu); }
+
+}  // namespace
+
 RequestPtr Channel::send(int peer, uint32_t step, const void* buffer, size_t bytes) {
-  Tag tag = collective_tag(context_, world_rank(my_index_), sequence_, static_cast<uint16_t>(step_base_ + step));
+  Tag tag = collective_tag(context_, world_rank(my_index_), sequence_, wrapped(step_base_ + step));
   return endpoint_.isend(world_rank(peer), tag, buffer, bytes);
 }
 
 RequestPtr Channel::recv(int peer, uint32_t step, void* buffer, size_t bytes) {
-  Tag tag = collective_tag(context_, world_rank(peer), sequence_, static_cast<uint16_t>(step_base_ + step));
+  Tag tag = collective_tag(context_, world_rank(peer), sequence_, wrapped(step_base_ + step));
   return endpoint_.irecv(world_rank(peer), tag, 0, buffer, bytes);
 }
 
