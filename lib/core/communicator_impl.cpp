@@ -200,10 +200,8 @@ void CommunicatorImpl::stop_progress() {
 
 void CommunicatorImpl::abort() {
   aborted_ = true;
-  {
-    std::lock_guard<std::mutex> lock(device_mutex_);
-    if (device_) device_->abort();  // device-side waits give up too
-  }
+  // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
+  if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   stop_progress();
 }
 
@@ -260,7 +258,9 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   // One issuer at a time: operations' device work must be enqueued in the order the progress thread runs their
   // host halves, and tickets must be published in the order they are handed out.
   std::lock_guard<std::mutex> lock(device_mutex_);
-  if (!device_) device_ = DevicePath::create(device, device_piece_bytes_);
+  if (!device_) {
+    std::atomic_store(&device_, std::shared_ptr<DevicePath>(DevicePath::create(device, device_piece_bytes_)));
+  }
   if (device_->device() != device) {
     throw InvalidUsageError(what + ": buffers on CUDA device " + std::to_string(device) +
                             ", but this communicator's device buffers live on device " +

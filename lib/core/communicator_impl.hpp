@@ -120,8 +120,8 @@ class CommunicatorImpl {
   device::HostQueue host_queue_;
   algo::NodeMemory host_memory_;                               // shared memory through arena_, for host buffers
   std::vector<uint64_t> host_staging_[algo::kHierBufferSets];  // HIERCOLL_NET_STAGING=1
-  std::mutex device_mutex_;             // guards device_ and device_tickets_ against concurrent callers
-  std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call
+  std::mutex device_mutex_;  // one issuer of device work at a time; guards device_tickets_ and writes of device_
+  std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call; abort() reads it with atomic_load
   uint64_t device_tickets_ = 0;
   size_t device_piece_bytes_ = 4 << 20;  // HIERCOLL_CUDA_PIECE_BYTES
   std::vector<int> world_ranks_;
