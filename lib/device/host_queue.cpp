@@ -9,7 +9,6 @@
 namespace hiercoll::device {
 
 namespace {
-std::atomic<uint64_t>& word(uint64_t* flag, int index) { return flag_word(flag, index); }
 
 // Spins briefly, then sleeps, until `reached()` or the context's deadline or abort. `local_rank` names whom a
 // timeout waited for (-1: the host half of the operation).
@@ -51,17 +50,17 @@ void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {
 }
 
 void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) {
-  word(flag, 1).store(signature, std::memory_order_relaxed);
-  word(flag, 0).store(generation, std::memory_order_release);
+  flag_word(flag, 1).store(signature, std::memory_order_relaxed);
+  flag_word(flag, 0).store(generation, std::memory_order_release);
 }
 
 void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                      const WaitContext& context) {
   for (int k = 0; k < flag_count; ++k) {
     poll(
-        context, [&] { return word(flags[k], 0).load(std::memory_order_acquire) >= generation; }, k);
+        context, [&] { return flag_word(flags[k], 0).load(std::memory_order_acquire) >= generation; }, k);
     // The generation was published after the signature (release/acquire): this read sees this step's.
-    if (signature != 0 && word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
+    if (signature != 0 && flag_word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
       throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +
                               " called this operation with a different count, type or op");
     }
@@ -70,7 +69,7 @@ void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
 
 void HostQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) {
   poll(
-      context, [&] { return word(flag.host_side, 0).load(std::memory_order_acquire) >= value; }, -1);
+      context, [&] { return flag_word(flag.host_side, 0).load(std::memory_order_acquire) >= value; }, -1);
 }
 
 }  // namespace hiercoll::device
