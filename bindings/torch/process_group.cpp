@@ -242,9 +242,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
     at::Tensor h = host(in);
     at::Tensor gathered = at::empty({size_ * in.numel()}, h.options());
     auto work = comm_.allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
-    return submit(c10d::OpType::ALLGATHER, {work}, outs, [outs, gathered, n = in.numel()] {
-      for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(gathered.narrow(0, i * n, n).view_as(outs[i]));
-    });
+    return submit(
+        c10d::OpType::ALLGATHER, {work}, outs,
+        [outs, gathered, n = in.numel()] {
+          for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(gathered.narrow(0, i * n, n).view_as(outs[i]));
+        },
+        {h});
   });
 }
 
@@ -289,9 +292,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vec
       to_peer[opts.rootRank] = in;
     }
     auto works = exchange(to_peer, from_peer);
-    return submit(c10d::OpType::GATHER, std::move(works), outs, [outs, from_peer] {
-      for (size_t i = 0; i < outs.size(); ++i) write_back(outs[i], from_peer[i]);
-    });
+    return submit(
+        c10d::OpType::GATHER, std::move(works), outs,
+        [outs, from_peer] {
+          for (size_t i = 0; i < outs.size(); ++i) write_back(outs[i], from_peer[i]);
+        },
+        to_peer);
   });
 }
 
@@ -319,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Ten
     }
     from_peer[opts.rootRank] = hout;
     auto works = exchange(to_peer, from_peer);
-    return submit(c10d::OpType::SCATTER, std::move(works), outputs, [out, hout] { write_back(out, hout); });
+    return submit(c10d::OpType::SCATTER, std::move(works), outputs, [out, hout] { write_back(out, hout); }, to_peer);
   });
 }
 

@@ -59,6 +59,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   hiercoll::Communicator& communicator() { return comm_; }
 
  private:
+  // `inputs`: every tensor hiercoll reads that the caller does not hold, host copies of CUDA inputs above all;
+  // they live as long as the Work, since hiercoll reads them after the call returned.
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,
                                         std::vector<at::Tensor> outputs, std::function<void()> finish = {},
                                         std::vector<at::Tensor> inputs = {});
