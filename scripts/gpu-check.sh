@@ -2,7 +2,8 @@
 # Every GPU check in one place, for the device machine (torch, nvcc, NCCL and CMake, but no libfabric,
 # hwloc or Catch2: those travel as Debian packages in .debs/, unpacked into .debs/root, never into /).
 #
-#   scripts/gpu-check.sh prepare   here (Debian, network): download the .deb files into .debs/
+#   scripts/gpu-check.sh prepare   here (Debian, network): download the .deb files into .debs/, and the ALBERT
+#                                  trainer's corpus (it needs Debian's bible-kjv) as .debs/kjv.txt
 #   scripts/gpu-check.sh run       on the GPU machine (carry .debs): build with HIERCOLL_WITH_CUDA=ON, run the
 #                                  CUDA tests (C++ and torch), the kernel bandwidth benchmark and allreduce_perf
 #                                  on device buffers (hiercoll and NCCL); results under ${OUT:-gpu-out}
@@ -14,11 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 debs=.debs
 packages=(libfabric1 libfabric-dev libhwloc15 libhwloc-dev catch2 libibverbs1 librdmacm1 libpsm2-2
-          libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libnuma1 libltdl7 ibverbs-providers)
+          libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libnuma1 libltdl7 ibverbs-providers
+          sentencepiece libsentencepiece0)
 
 prepare() {
   mkdir -p "$debs"
   (cd "$debs" && apt-get download "${packages[@]}")
+  [ -f "$debs/kjv.txt" ] || examples/albert_mlm/prepare-corpus "$debs/kjv.txt"
   ls -1 "$debs"/*.deb | wc -l | xargs echo "gpu-check: .deb files in $debs:"
 }
 
@@ -30,6 +33,7 @@ run() {
   export PKG_CONFIG_PATH=$root/usr/lib/x86_64-linux-gnu/pkgconfig:$root/usr/share/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=$root
   export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PATH=$root/usr/bin:$PATH  # spm_encode for the ALBERT trainer
   export FI_PROVIDER_PATH=$root/usr/lib/x86_64-linux-gnu/libfabric
   export HIERCOLL_FABRIC_PROVIDER=tcp HIERCOLL_FABRIC_IFACE=lo
   local status=0 build=build-gpu
@@ -102,6 +106,19 @@ sys.exit(0 if all(' 0 failed' in out for out in outputs) else 1)"
   done
   step "allreduce_nccl_$gpus" 90 $build/tools/hiercoll_launch -n "$gpus" --timeout 80 -- \
     $build/bench/allreduce_perf --backend nccl -b 8 -e 256M -f 8 -n 20 -w 5
+  # 5. The ALBERT masked-LM step on the GPU, hiercoll beside NCCL on the same ranks (one per GPU), bf16 autocast.
+  local backend
+  if [ -x $build/examples/albert_mlm/albert_mlm ] && [ -f "$debs/kjv.txt" ]; then
+    for backend in hiercoll nccl; do
+      step "albert_$backend" 150 $build/tools/hiercoll_launch -n "$gpus" --timeout 140 -- \
+        $build/examples/albert_mlm/albert_mlm --config "${ALBERT_CONFIG:-base}" --corpus "$debs/kjv.txt" \
+        --tokenizer "$out/spm-4000.model" --out "$out/albert-$backend" --device cuda --amp bf16 \
+        --steps "${ALBERT_STEPS:-60}" --log-every 20 --backend $backend
+      grep -h '"summary": true' "$out/albert_$backend.txt" | tee -a "$out/summary.txt" || true
+    done
+  else
+    note "albert_mlm not built or no corpus in $debs: ALBERT step not run"
+  fi
   return $status
 }
 

@@ -10,6 +10,9 @@
 #ifdef HIERCOLL_ALBERT_MPI
 #include <mpi.h>
 #endif
+#ifdef HIERCOLL_ALBERT_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <cstdlib>
 #include <functional>
@@ -34,7 +37,7 @@ class HiercollSync : public GradSync {
     std::vector<hiercoll::GradientSpec> specs;
     for (auto& g : grads_) {
       TORCH_CHECK(g.scalar_type() == torch::kFloat && g.is_contiguous(), "hiercoll sync expects contiguous fp32 grads");
-      // Device gradients go through a host mirror until hiercoll takes device buffers (issue 4).
+      // Only with a hiercoll built without CUDA: device gradients go through a host mirror.
       host_.push_back(g.is_cpu() ? g : torch::empty_like(g, torch::TensorOptions().device(torch::kCPU)));
       specs.push_back({host_.back().data_ptr(), static_cast<size_t>(g.numel()), hiercoll::DataType::kFloat32});
     }
@@ -188,14 +191,48 @@ std::unique_ptr<GradSync> c10d_sync(const std::string& name, c10::intrusive_ptr<
     std::vector<at::Tensor> tensors{t};
     pg->broadcast(tensors)->wait();
   };
-  auto sum = [pg](const std::vector<double>& values) {
-    std::vector<at::Tensor> tensors{torch::tensor(values, torch::kDouble)};
+  // On the gradients' device: NCCL takes CUDA tensors only.
+  auto sum = [pg, device = grads.at(0).device()](const std::vector<double>& values) {
+    std::vector<at::Tensor> tensors{torch::tensor(values, torch::kDouble).to(device)};
     pg->allreduce(tensors)->wait();
-    auto* p = tensors[0].data_ptr<double>();
+    at::Tensor result = tensors[0].cpu();
+    auto* p = result.data_ptr<double>();
     return std::vector<double>(p, p + values.size());
   };
   return std::make_unique<BucketedSync>(name, size, std::move(grads), start, broadcast_one, sum);
 }
+
+#ifdef HIERCOLL_ALBERT_CUDA
+// CUDA gradients: the same DDP-style buckets the stock backends get, over hiercoll's device allreduce ordered on
+// the current stream (as ProcessGroupNCCL orders its own): no host copy and no host wait inside backward.
+std::unique_ptr<GradSync> hiercoll_device_sync(const hiercoll::Rendezvous& rv, std::vector<torch::Tensor> grads) {
+  auto comm = std::make_shared<hiercoll::Communicator>(hiercoll::Communicator::create(
+      std::make_shared<hiercoll::PrefixStore>("hiercoll", rv.store), rv.rank, rv.size));
+  auto on_current_stream = [] {
+    hiercoll::CallOptions options;
+    options.stream = c10::cuda::getCurrentCUDAStream().stream();
+    return options;
+  };
+  auto start = [comm, on_current_stream](torch::Tensor& flat) -> std::function<void()> {
+    TORCH_CHECK(flat.scalar_type() == torch::kFloat, "hiercoll sync expects fp32 grads");
+    auto work = comm->allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), hiercoll::DataType::kFloat32,
+                                hiercoll::ReduceOp::kSum, on_current_stream());
+    return [work] { work.wait(); };
+  };
+  auto broadcast_one = [comm, on_current_stream](const torch::Tensor& t) {
+    TORCH_CHECK(t.scalar_type() == torch::kFloat && t.is_contiguous(), "hiercoll sync broadcasts contiguous fp32");
+    comm->broadcast(t.data_ptr(), t.data_ptr(), t.numel(), hiercoll::DataType::kFloat32, 0, on_current_stream())
+        .wait();
+  };
+  auto sum = [comm](const std::vector<double>& values) {
+    std::vector<double> out(values.size());
+    comm->allreduce(values.data(), out.data(), values.size(), hiercoll::DataType::kFloat64, hiercoll::ReduceOp::kSum)
+        .wait();
+    return out;
+  };
+  return std::make_unique<BucketedSync>("hiercoll", rv.size, std::move(grads), start, broadcast_one, sum);
+}
+#endif
 
 #ifdef HIERCOLL_ALBERT_MPI
 std::unique_ptr<GradSync> mpi_sync(std::vector<torch::Tensor> grads) {
@@ -233,7 +270,14 @@ std::unique_ptr<GradSync> mpi_sync(std::vector<torch::Tensor> grads) {
 
 std::unique_ptr<GradSync> make_grad_sync(const std::string& backend, const hiercoll::Rendezvous& rv,
                                          std::vector<torch::Tensor> grads) {
-  if (backend == "hiercoll") return std::make_unique<HiercollSync>(rv, std::move(grads));
+  if (backend == "hiercoll") {
+#ifdef HIERCOLL_ALBERT_CUDA
+    if (!grads.empty() && grads[0].is_cuda() && hiercoll::Communicator::device_buffers_supported()) {
+      return hiercoll_device_sync(rv, std::move(grads));
+    }
+#endif
+    return std::make_unique<HiercollSync>(rv, std::move(grads));
+  }
 #ifdef HIERCOLL_ALBERT_GLOO
   if (backend == "gloo") {
     auto store = c10::make_intrusive<C10dStore>(std::make_shared<hiercoll::PrefixStore>("gloo", rv.store));
