@@ -1,6 +1,7 @@
 // Store pieces shared by every implementation: wait(), PrefixStore, FileStore and open_store().
 #include "hiercoll/store.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -8,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -92,10 +92,19 @@ FileStore::FileStore(const std::string& directory, std::chrono::milliseconds tim
   if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) throw_file_error("cannot create", directory);
 }
 
+// The directory is flat (path_of escapes '/'). Removed with POSIX calls, not std::filesystem: PyPI's LibTorch
+// exports its own static copy of libstdc++'s filesystem functions, which then interpose on ours in a program that
+// links both (remove_all jumped to a null pointer at exit in the ALBERT trainer).
 FileStore::~FileStore() {
   if (!remove_when_done_) return;
-  std::error_code ignored;
-  std::filesystem::remove_all(directory_, ignored);
+  if (DIR* dir = ::opendir(directory_.c_str())) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") ::unlink((directory_ + "/" + name).c_str());
+    }
+    ::closedir(dir);
+  }
+  ::rmdir(directory_.c_str());  // errors ignored: another rank's leftovers or a vanished directory are harmless
 }
 
 std::string FileStore::path_of(const std::string& key) const {

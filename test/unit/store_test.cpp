@@ -1,5 +1,7 @@
 #include "hiercoll/store.hpp"
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -70,6 +72,24 @@ TEST_CASE("the file store keeps the store contract", "[store]") {
   std::string dir = temp_dir();
   exercise([dir] { return std::make_shared<FileStore>(dir, 10s); });
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
+}
+
+TEST_CASE("a file store made to remove its directory does so, keys and all; others leave it", "[store]") {
+  auto exists = [](const std::string& path) {
+    struct stat info {};
+    return ::stat(path.c_str(), &info) == 0;
+  };
+  std::string kept = temp_dir(), removed = temp_dir();
+  {
+    FileStore keeper(kept, 10s), remover(removed, 10s, /*remove_when_done=*/true);
+    for (auto* store : {&keeper, &remover}) {
+      store->set("a/b", Store::Bytes{1, 2, 3});  // "/" in a key stays one flat file
+      store->set("c", Store::Bytes{4});
+    }
+  }
+  CHECK(exists(kept + "/c"));
+  CHECK_FALSE(exists(removed));
+  CHECK(std::system(("rm -rf " + kept).c_str()) == 0);
 }
 
 TEST_CASE("a TCP client with no server times out with the address in the message", "[store]") {
