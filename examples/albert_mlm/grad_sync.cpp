@@ -28,6 +28,14 @@ namespace {
 
 // ---- hiercoll: the library's own bucketer -------------------------------------------------------
 
+/// GradSync::sum for both hiercoll paths: a host allreduce, whatever memory the gradients are in.
+std::vector<double> sum_over_ranks(hiercoll::Communicator& comm, const std::vector<double>& values) {
+  std::vector<double> out(values.size());
+  comm.allreduce(values.data(), out.data(), values.size(), hiercoll::DataType::kFloat64, hiercoll::ReduceOp::kSum)
+      .wait();
+  return out;
+}
+
 class HiercollSync : public GradSync {
  public:
   HiercollSync(const hiercoll::Rendezvous& rv, std::vector<torch::Tensor> grads)
@@ -62,12 +70,7 @@ class HiercollSync : public GradSync {
       if (!grads_[i].is_cpu()) grads_[i].copy_(host_[i]);
     }
   }
-  std::vector<double> sum(const std::vector<double>& values) override {
-    std::vector<double> out(values.size());
-    comm_.allreduce(values.data(), out.data(), values.size(), hiercoll::DataType::kFloat64, hiercoll::ReduceOp::kSum)
-        .wait();
-    return out;
-  }
+  std::vector<double> sum(const std::vector<double>& values) override { return sum_over_ranks(comm_, values); }
 
  private:
   hiercoll::Communicator comm_;
@@ -224,12 +227,7 @@ std::unique_ptr<GradSync> hiercoll_device_sync(const hiercoll::Rendezvous& rv, s
     comm->broadcast(t.data_ptr(), t.data_ptr(), t.numel(), hiercoll::DataType::kFloat32, 0, on_current_stream())
         .wait();
   };
-  auto sum = [comm](const std::vector<double>& values) {
-    std::vector<double> out(values.size());
-    comm->allreduce(values.data(), out.data(), values.size(), hiercoll::DataType::kFloat64, hiercoll::ReduceOp::kSum)
-        .wait();
-    return out;
-  };
+  auto sum = [comm](const std::vector<double>& values) { return sum_over_ranks(*comm, values); };
   return std::make_unique<BucketedSync>("hiercoll", rv.size, std::move(grads), start, broadcast_one, sum);
 }
 #endif
