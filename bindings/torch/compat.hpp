@@ -1,21 +1,27 @@
 #pragma once
-// Everything that differs between the torch releases hiercoll builds against lives here:
-// Debian's LibTorch 1.13, where a custom backend is a c10d::ProcessGroup, and torch 2.x, where it is a
-// c10d::Backend that torch wraps in a ProcessGroup itself.
+// Everything that differs between the torch releases hiercoll builds against (2.4 and newer) lives here.
+// CI builds against the version pinned in requirements-torch.txt; the guards below mark the c10d::Backend
+// virtuals that later releases added, so older ones still compile without them.
 #include <torch/version.h>
 
-#if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#define HIERCOLL_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs torch 2.4 or newer");
+
+// Backend::getError, abort, shutdown and supportsCoalescing.
+#define HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE HIERCOLL_TORCH_AT_LEAST(2, 6)
+// Backend::split(store, ranks, options), which ProcessGroup::split_group and DeviceMesh call.
+#define HIERCOLL_TORCH_HAS_BACKEND_SPLIT HIERCOLL_TORCH_AT_LEAST(2, 8)
+
+#if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
+#define HIERCOLL_OVERRIDE_SINCE_2_6 override
 #else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#define HIERCOLL_OVERRIDE_SINCE_2_6
 #endif
 
 namespace hiercoll_torch::compat {
-
-#if TORCH_VERSION_MAJOR >= 2
 using BackendBase = c10d::Backend;
-#else
-using BackendBase = c10d::ProcessGroup;
-#endif
-
 }  // namespace hiercoll_torch::compat

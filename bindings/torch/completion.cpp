@@ -94,14 +94,41 @@ void CompletionThread::add(Pending pending) {
   wake_.notify_all();
 }
 
+void CompletionThread::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return (pending_.empty() && !settling_) || quiesced_; });
+}
+
+std::optional<hiercoll::ErrorCode> CompletionThread::first_failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return first_failure_;
+}
+
 void CompletionThread::settle(Pending& pending) {
   std::exception_ptr error;
   try {
     for (auto& work : pending.works) work.wait();
-    if (pending.finish) pending.finish();
+  } catch (const hiercoll::Error& e) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_failure_) first_failure_ = e.code();
+    }
+    error = std::current_exception();
   } catch (...) {
-    error = as_torch_error(std::current_exception(), c10d::opTypeToString(pending.handle->retrieveOpType()).c_str());
+    error = std::current_exception();
   }
+  for (auto& member : pending.members) {
+    settle(member);
+    if (!error) error = member.handle->exception();
+  }
+  if (!error && pending.finish) {
+    try {
+      pending.finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()).c_str());
   pending.handle->complete(error);
 }
 
@@ -134,7 +161,7 @@ void CompletionThread::run() {
       finished.clear();  // the last references to futures and their callbacks go here, still "settling"
       lock.lock();
       settling_ = false;
-      idle_.notify_all();
+      idle_.notify_all();  // quiesce() and drain() wait for this
       continue;
     }
     // Nothing finished: sleep on the oldest call's first unfinished operation, briefly, so a later call

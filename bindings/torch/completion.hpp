@@ -5,10 +5,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "compat.hpp"
 #include "hiercoll/communicator.hpp"
+#include "hiercoll/errors.hpp"
 
 namespace hiercoll_torch {
 
@@ -24,6 +26,7 @@ class WorkHiercoll : public c10d::Work {
   /// device and returns without blocking the host, as ProcessGroupNCCL's does. Others block until complete.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;  // 0: c10d's "no timeout"
   void order_streams_after(std::vector<hiercoll::Work> works) { stream_ordered_ = std::move(works); }
+  bool stream_ordered() const { return !stream_ordered_.empty(); }
   /// Called once, by the completion thread. `error` is null on success.
   void complete(std::exception_ptr error);
 
@@ -42,12 +45,19 @@ class CompletionThread {
     std::vector<hiercoll::Work> works;
     c10::intrusive_ptr<WorkHiercoll> handle;
     std::function<void()> finish;  ///< copies results out of staging buffers; runs only if every work succeeded
+    /// A coalesced call (endCoalescing): the calls it gathers, settled before it, in issue order. Their
+    /// works are in `works` too.
+    std::vector<Pending> members;
   };
 
   CompletionThread();
   /// Waits for every pending call (each bounded by the communicator's timeout).
   ~CompletionThread();
   void add(Pending pending);
+  /// Blocks until every call added so far has settled (c10d's waitForPendingWorks).
+  void drain();
+  /// What the first failed call failed with, if one did (c10d's getError).
+  std::optional<hiercoll::ErrorCode> first_failure() const;
 
   /// At interpreter exit: waits until no call is being settled and settles none after. Completing a
   /// future runs (and releases) Python callbacks, which needs the GIL; doing that while Python finalizes
@@ -57,10 +67,11 @@ class CompletionThread {
 
  private:
   void run();
-  static void settle(Pending& pending);
+  void settle(Pending& pending);
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
+  std::optional<hiercoll::ErrorCode> first_failure_;
   std::deque<Pending> pending_;
   bool stopping_ = false;
   bool settling_ = false;  // inside settle(), outside the lock

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "hiercoll/errors.hpp"
 #ifdef HIERCOLL_TORCH_CUDA
@@ -44,12 +46,39 @@ hiercoll::ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, cons
     case c10d::ReduceOp::MIN: return hiercoll::ReduceOp::kMin;
     case c10d::ReduceOp::MAX: return hiercoll::ReduceOp::kMax;
     case c10d::ReduceOp::AVG:
-      TORCH_CHECK(!boolean, "hiercoll ", name, ": AVG is not defined on bool tensors");
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "hiercoll ", name,
+                  ": AVG is defined on floating-point tensors, got ", t.scalar_type());
       return hiercoll::ReduceOp::kAvg;
+    case c10d::ReduceOp::PREMUL_SUM:
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "hiercoll ", name,
+                  ": PREMUL_SUM is defined on floating-point tensors, got ", t.scalar_type());
+      return hiercoll::ReduceOp::kSum;  // of the inputs premultiplied by premultiplied()
     default:
       TORCH_CHECK(false, "hiercoll ", name, ": reduce op ", static_cast<int>(op.op_),
-                  " is not supported (SUM, PRODUCT, MIN, MAX, AVG are)");
+                  " is not supported (SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM are)");
   }
+}
+
+// PREMUL_SUM (FSDP2 reduce-scatters gradients with it) sums every rank's input times a factor: the factor
+// as a scalar tensor on `t`'s device and type, undefined for every other op.
+at::Tensor premul_factor(const c10d::ReduceOp& op, const at::Tensor& t) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return {};
+  const auto* supplement = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(supplement != nullptr, "hiercoll: PREMUL_SUM without its factor");
+  if (supplement->tensor_factor.defined()) return supplement->tensor_factor.to(t.options()).reshape({});
+  return at::scalar_tensor(supplement->double_factor, t.options());
+}
+
+// The input a reduction reads: `t` itself, or for PREMUL_SUM a scaled copy (the caller's input stays as it was).
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
+  at::Tensor factor = premul_factor(op, t);
+  return factor.defined() ? t * factor : t;
+}
+
+// The same for a buffer the reduction overwrites anyway (allreduce's in-place tensor, a fused staging copy).
+void premultiply_(at::Tensor& t, const c10d::ReduceOp& op) {
+  at::Tensor factor = premul_factor(op, t);
+  if (factor.defined()) t.mul_(factor);
 }
 
 void check_tensor(const at::Tensor& t, const char* op) {
@@ -123,10 +152,11 @@ auto issue(const char* op, F&& body) -> decltype(body()) {
 }  // namespace
 
 ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size,
-                                           std::chrono::milliseconds timeout)
-    : compat::BackendBase(rank, size), comm_([&] {
+                                           std::chrono::milliseconds timeout, std::string name)
+    : compat::BackendBase(rank, size), timeout_(timeout), comm_([&] {
         hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
         if (!std::getenv("HIERCOLL_TIMEOUT_MS")) options.timeout = timeout;
+        options.name = std::move(name);
         return hiercoll::Communicator::create(std::move(store), rank, size, options);
       }()) {}
 
@@ -136,12 +166,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
                                                             std::vector<at::Tensor> outputs,
                                                             std::function<void()> finish,
                                                             std::vector<at::Tensor> inputs) {
+  ++sequence_;
   auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs, std::move(inputs));
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
   bool in_place = !finish && !outputs.empty();
   for (const auto& t : outputs) in_place = in_place && on_device(t);
   if (in_place) handle->order_streams_after(works);
-  completion_.add({std::move(works), handle, std::move(finish)});
+  CompletionThread::Pending pending{std::move(works), handle, std::move(finish), {}};
+  if (coalescing_) {
+    coalesced_.push_back(std::move(pending));
+  } else {
+    completion_.add(std::move(pending));
+  }
   return handle;
 }
 
@@ -182,6 +218,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
   return issue("allreduce", [&] {
     at::Tensor t = single(tensors, "allreduce");
     at::Tensor h = working(t);
+    premultiply_(h, opts.reduceOp);
     auto work = comm_.allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
                                 reduce_op(opts.reduceOp, t, "allreduce"), stream_of(t));
     return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged_result(t, h));
@@ -199,6 +236,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::ve
       flat.push_back(host(t).reshape({-1}));
     }
     at::Tensor fused = at::cat(flat);
+    premultiply_(fused, opts.reduceOp);
     auto work =
         comm_.allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(), data_type(tensors[0], "allreduce_coalesced"),
                         reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
@@ -218,10 +256,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tens
     at::Tensor t = single(tensors, "reduce");
     check_rank(opts.rootRank, size_, "root", "reduce");
     at::Tensor h = working(t);
-    auto work = comm_.reduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
+    at::Tensor in = premultiplied(h, opts.reduceOp);
+    auto work = comm_.reduce(in.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
                              reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank, stream_of(t));
     const bool root = opts.rootRank == rank_;
-    return submit(c10d::OpType::REDUCE, {work}, tensors, root ? staged_result(t, h) : nullptr, {h});
+    return submit(c10d::OpType::REDUCE, {work}, tensors, root ? staged_result(t, h) : nullptr, {h, in});
   });
 }
 
@@ -242,12 +281,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
     at::Tensor h = host(in);
     at::Tensor gathered = at::empty({size_ * in.numel()}, h.options());
     auto work = comm_.allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
-    return submit(
-        c10d::OpType::ALLGATHER, {work}, outs,
-        [outs, gathered, n = in.numel()] {
-          for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(gathered.narrow(0, i * n, n).view_as(outs[i]));
-        },
-        {h});
+    return submit(c10d::OpType::ALLGATHER, {work}, outs,
+                  [outs, gathered, n = in.numel()] {
+                    for (size_t i = 0; i < outs.size(); ++i)
+                      outs[i].copy_(gathered.narrow(0, i * n, n).view_as(outs[i]));
+                  },
+                  {h});
   });
 }
 
@@ -264,6 +303,59 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor&
     auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
                                 stream_of(output));
     return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged_result(output, hout), {hin});
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "hiercoll all_gather_into_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  return coalesced(c10d::OpType::COALESCED, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  return issue("allgather_coalesced", [&] {
+    // One allgather of every input laid end to end; output_lists[r][i] receives rank r's inputs[i].
+    TORCH_CHECK(!inputs.empty(), "hiercoll all_gather_coalesced: no input tensors");
+    TORCH_CHECK(static_cast<int>(output_lists.size()) == size_, "hiercoll all_gather_coalesced: ", output_lists.size(),
+                " output lists, the group has ", size_, " ranks");
+    std::vector<at::Tensor> flat;
+    for (const auto& in : inputs) {
+      check_tensor(in, "all_gather_coalesced");
+      check_same_kind(in, inputs[0], "all_gather_coalesced");
+      flat.push_back(host(in).reshape({-1}));
+    }
+    for (const auto& outs : output_lists) {
+      TORCH_CHECK(outs.size() == inputs.size(), "hiercoll all_gather_coalesced: an output list has ", outs.size(),
+                  " tensors for ", inputs.size(), " inputs");
+      for (size_t i = 0; i < outs.size(); ++i) {
+        check_tensor(outs[i], "all_gather_coalesced");
+        check_same_kind(outs[i], inputs[0], "all_gather_coalesced");
+        TORCH_CHECK(outs[i].numel() == inputs[i].numel(), "hiercoll all_gather_coalesced: output ", i, " has ",
+                    outs[i].numel(), " elements, input ", i, " has ", inputs[i].numel());
+      }
+    }
+    at::Tensor fused = at::cat(flat);
+    at::Tensor gathered = at::empty({size_ * fused.numel()}, fused.options());
+    auto work = comm_.allgather(fused.data_ptr(), gathered.data_ptr(), fused.numel(),
+                                data_type(inputs[0], "all_gather_coalesced"));
+    std::vector<at::Tensor> results;
+    for (const auto& outs : output_lists) results.insert(results.end(), outs.begin(), outs.end());
+    return submit(c10d::OpType::ALLGATHER_COALESCED, {work}, results,
+                  [output_lists, gathered, n = fused.numel()] {
+                    for (size_t r = 0; r < output_lists.size(); ++r) {
+                      int64_t offset = static_cast<int64_t>(r) * n;
+                      for (const auto& out : output_lists[r]) {
+                        out.copy_(gathered.narrow(0, offset, out.numel()).view_as(out));
+                        offset += out.numel();
+                      }
+                    }
+                  },
+                  {fused});
   });
 }
 
@@ -325,7 +417,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Ten
     }
     from_peer[opts.rootRank] = hout;
     auto works = exchange(to_peer, from_peer);
-    return submit(c10d::OpType::SCATTER, std::move(works), outputs, [out, hout] { write_back(out, hout); }, to_peer);
+    return submit(
+        c10d::OpType::SCATTER, std::move(works), outputs, [out, hout] { write_back(out, hout); }, to_peer);
   });
 }
 
@@ -345,6 +438,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
       flat.push_back(host(in).reshape({-1}));
     }
     at::Tensor fused = at::cat(flat);
+    premultiply_(fused, opts.reduceOp);
     at::Tensor hout = host(out);
     auto work = comm_.reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
                                      reduce_op(opts.reduceOp, out, "reduce_scatter"));
@@ -360,12 +454,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Te
     check_same_kind(input, output, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == size_ * output.numel(), "hiercoll reduce_scatter_tensor: input has ", input.numel(),
                 " elements, expected world size x output = ", size_ * output.numel());
-    at::Tensor hin = working(input);
+    at::Tensor hin = premultiplied(working(input), opts.reduceOp);
     at::Tensor hout = working(output);
     auto work =
         comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
                              reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
     return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged_result(output, hout), {hin});
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "hiercoll reduce_scatter_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  return coalesced(c10d::OpType::COALESCED, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
   });
 }
 
@@ -473,6 +576,177 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>&, int) {
   TORCH_CHECK(false, "hiercoll recv: receiving from any source is not supported; pass src=");
+}
+
+// ---- Coalescing ------------------------------------------------------------------------------------------
+
+void ProcessGroupHiercoll::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "hiercoll startCoalescing: already coalescing (an endCoalescing is missing)");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::endCoalescing() {
+  TORCH_CHECK(coalescing_, "hiercoll endCoalescing: no startCoalescing before it");
+  coalescing_ = false;
+  return add_combined(c10d::OpType::COALESCED, std::exchange(coalesced_, {}));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::coalesced(c10d::OpType type, const std::function<void()>& calls) {
+  // Inside a user's coalescing block the combined call joins that block's list.
+  auto outer = std::exchange(coalesced_, {});
+  const bool outer_coalescing = std::exchange(coalescing_, true);
+  try {
+    calls();
+  } catch (...) {
+    // The calls issued so far still run: settle them with the outer block (or on their own).
+    auto issued = std::exchange(coalesced_, std::move(outer));
+    coalescing_ = outer_coalescing;
+    for (auto& pending : issued) {
+      if (coalescing_) {
+        coalesced_.push_back(std::move(pending));
+      } else {
+        completion_.add(std::move(pending));
+      }
+    }
+    throw;
+  }
+  auto members = std::exchange(coalesced_, std::move(outer));
+  coalescing_ = outer_coalescing;
+  return add_combined(type, std::move(members));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::add_combined(c10d::OpType type,
+                                                                  std::vector<CompletionThread::Pending> members) {
+  std::vector<hiercoll::Work> works;
+  std::vector<at::Tensor> outputs;
+  bool stream_ordered = !members.empty();
+  for (auto& member : members) {
+    works.insert(works.end(), member.works.begin(), member.works.end());
+    auto results = member.handle->result();
+    outputs.insert(outputs.end(), results.begin(), results.end());
+    stream_ordered = stream_ordered && member.handle->stream_ordered();
+  }
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs);
+  if (stream_ordered) handle->order_streams_after(works);
+  CompletionThread::Pending pending{std::move(works), handle, {}, std::move(members)};
+  if (coalescing_) {
+    coalesced_.push_back(std::move(pending));
+  } else {
+    completion_.add(std::move(pending));
+  }
+  return handle;
+}
+
+// ---- Group management and health ---------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptions() {
+  return c10::make_intrusive<Options>(getBackendName(), timeout_);
+}
+
+void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
+  issue("set_timeout", [&] { comm_.set_timeout(timeout); });
+  timeout_ = timeout;
+}
+
+#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                              const std::vector<int>& ranks,
+                                                              const c10::intrusive_ptr<Options>& opts) {
+  return issue("split", [&]() -> c10::intrusive_ptr<c10d::Backend> {
+    for (int r : ranks) check_rank(r, size_, "rank", "split");
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    if (me == ranks.end()) return {};  // not a member: as ncclCommSplit's NO_COLOR
+    const auto timeout = opts ? opts->timeout : timeout_;
+    const std::string name = opts && !opts->group_name.empty() ? opts->group_name : "split";
+    return c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store),
+                                                     static_cast<int>(me - ranks.begin()),
+                                                     static_cast<int>(ranks.size()), timeout, name);
+  });
+}
+#endif
+
+#if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
+c10d::ErrorType ProcessGroupHiercoll::getError() {
+  auto failure = completion_.first_failure();
+  if (!failure) return c10d::ErrorType::SUCCESS;
+  switch (*failure) {
+    case hiercoll::ErrorCode::kTimeout: return c10d::ErrorType::TIMEOUT;
+    case hiercoll::ErrorCode::kRemoteError: return c10d::ErrorType::REMOTE_ERROR;
+    default: return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
+void ProcessGroupHiercoll::abort() { comm_.abort(); }
+
+// A clean end: every issued call completes first (the communicator closes when the group is destroyed).
+void ProcessGroupHiercoll::shutdown() { completion_.drain(); }
+#endif
+
+void ProcessGroupHiercoll::setSequenceNumberForGroup() {}  // every rank starts at 0: nothing to agree on
+
+uint64_t ProcessGroupHiercoll::getSequenceNumberForGroup() { return sequence_; }
+
+void ProcessGroupHiercoll::waitForPendingWorks() { completion_.drain(); }
+
+void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+        std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
+  };
+  // Every rank but 0 reports to rank 0, which then releases each. The tokens live in the Work below: a
+  // rank that never arrives leaves its receive posted after this returns.
+  constexpr uint32_t kArriveTag = kCollectiveTag | 1, kReleaseTag = kCollectiveTag | 2;
+  std::vector<at::Tensor> tokens;
+  std::vector<hiercoll::Work> works;
+  auto token = [&] {
+    tokens.push_back(at::zeros({1}, at::kInt));
+    return tokens.back().data_ptr();
+  };
+  issue("monitored_barrier", [&] {
+    if (rank_ == 0) {
+      for (int peer = 1; peer < size_; ++peer) {
+        works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, peer, kArriveTag));
+      }
+    } else {
+      works.push_back(comm_.send(token(), 1, hiercoll::DataType::kInt32, 0, kArriveTag));
+      works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, 0, kReleaseTag));
+    }
+  });
+  submit(c10d::OpType::BARRIER, works, {}, {}, tokens);
+
+  if (rank_ != 0) {
+    for (auto& work : works) {
+      TORCH_CHECK(work.wait_for(left()) && !work.error(), "hiercoll monitored_barrier: rank ", rank_,
+                  " was not released by rank 0 within ", timeout.count(), " ms");
+    }
+    return;
+  }
+  std::vector<int> missing;
+  for (int peer = 1; peer < size_ && (wait_all_ranks || missing.empty()); ++peer) {
+    auto& arrival = works[peer - 1];
+    if (!arrival.wait_for(left()) || arrival.error()) missing.push_back(peer);
+  }
+  if (!missing.empty()) {
+    std::string ranks;
+    for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    TORCH_CHECK(false, "hiercoll monitored_barrier: rank", missing.size() > 1 ? "s " : " ", ranks,
+                " did not arrive within ", timeout.count(), " ms");
+  }
+  std::vector<hiercoll::Work> releases;
+  std::vector<at::Tensor> release_tokens;
+  issue("monitored_barrier", [&] {
+    for (int peer = 1; peer < size_; ++peer) {
+      release_tokens.push_back(at::zeros({1}, at::kInt));
+      releases.push_back(
+          comm_.send(release_tokens.back().data_ptr(), 1, hiercoll::DataType::kInt32, peer, kReleaseTag));
+    }
+  });
+  for (size_t i = 0; i < releases.size(); ++i) {
+    TORCH_CHECK(releases[i].wait_for(left()) && !releases[i].error(), "hiercoll monitored_barrier: rank ", i + 1,
+                " did not take its release within ", timeout.count(), " ms");
+  }
 }
 
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

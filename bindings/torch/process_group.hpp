@@ -1,4 +1,5 @@
 #pragma once
+#include <atomic>
 #include <memory>
 
 #include "compat.hpp"
@@ -16,10 +17,39 @@ namespace hiercoll_torch {
 /// messages (gather, scatter, uneven all_to_all, send/recv) and list forms stage them through host memory.
 class ProcessGroupHiercoll : public compat::BackendBase {
  public:
-  ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size, std::chrono::milliseconds timeout);
+  ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+                       std::string name = "world");
   ~ProcessGroupHiercoll() override;
 
   const std::string getBackendName() const override { return "hiercoll"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // Coalescing: the calls between start and end complete together, as one Work (batch_isend_irecv, and
+  // `dist._coalescing_manager`, whose all_reduce/all_gather_into_tensor/reduce_scatter_tensor arrive fused).
+  bool supportsCoalescing() const HIERCOLL_OVERRIDE_SINCE_2_6 { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT
+  // A communicator for a subset of this group's ranks, joined through `store` (ProcessGroup::split_group,
+  // DeviceMesh). Ranks outside `ranks` get nullptr, as with ncclCommSplit's NO_COLOR.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                    const c10::intrusive_ptr<Options>& opts) override;
+#endif
+
+  // Lifecycle and health.
+#if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
+  c10d::ErrorType getError() override;
+  void abort() override;
+  void shutdown() override;
+#endif
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+  void waitForPendingWorks() override;
+  // Rank 0 waits for every other rank in turn and names the ones that did not arrive within the timeout.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
@@ -35,6 +65,12 @@ class ProcessGroupHiercoll : public compat::BackendBase {
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -44,6 +80,9 @@ class ProcessGroupHiercoll : public compat::BackendBase {
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_split_sizes,
@@ -64,10 +103,17 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,
                                         std::vector<at::Tensor> outputs, std::function<void()> finish = {},
                                         std::vector<at::Tensor> inputs = {});
+  // Runs `calls` (issuing collectives) and returns one Work for all of them.
+  c10::intrusive_ptr<c10d::Work> coalesced(c10d::OpType type, const std::function<void()>& calls);
+  c10::intrusive_ptr<c10d::Work> add_combined(c10d::OpType type, std::vector<CompletionThread::Pending> members);
   // Point-to-point exchanges inside one collective (alltoall, gather, scatter) on a tag users cannot pick.
   std::vector<hiercoll::Work> exchange(const std::vector<at::Tensor>& to_peer,
                                        const std::vector<at::Tensor>& from_peer);
 
+  std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
+  bool coalescing_ = false;
+  std::vector<CompletionThread::Pending> coalesced_;  // the calls since startCoalescing
   hiercoll::Communicator comm_;
   CompletionThread completion_;  // declared after comm_: destroyed first, so pending calls drain before the comm goes
 };

@@ -1,11 +1,10 @@
 // ALBERT masked-language-model pretraining over hiercoll (or gloo / nccl / mpi for comparison).
 // One process per rank, launched by hiercoll_launch, torchrun or mpirun. See README.md here.
 #include <ATen/autocast_mode.h>
+#include <dlfcn.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
-
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
@@ -17,9 +16,9 @@
 #include <sstream>
 
 #include "config.hpp"
-#include "hiercoll/communicator.hpp"
 #include "corpus.hpp"
 #include "grad_sync.hpp"
+#include "hiercoll/communicator.hpp"
 #include "loader.hpp"
 #include "model.hpp"
 #include "optim.hpp"
@@ -115,27 +114,18 @@ struct GradientReady : torch::autograd::FunctionPostHook {
 
 /// Autocast for one forward pass; leaves the thread's autocast state as it found it.
 struct Autocast {
-  Autocast(const std::string& amp, bool cuda) : on(amp != "none"), cuda(cuda) {
+  Autocast(const std::string& amp, bool cuda) : on(amp != "none"), device(cuda ? at::kCUDA : at::kCPU) {
     if (!on) return;
-    auto dtype = amp == "bf16" ? at::kBFloat16 : at::kHalf;
-    if (cuda) {
-      at::autocast::set_autocast_gpu_dtype(dtype);
-      at::autocast::set_enabled(true);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(dtype);  // refused earlier; kept so the guard is symmetric
-      at::autocast::set_cpu_enabled(true);
-    }
+    at::autocast::set_autocast_dtype(device, amp == "bf16" ? at::kBFloat16 : at::kHalf);
+    at::autocast::set_autocast_enabled(device, true);  // CPU autocast is refused earlier; kept symmetric
   }
   ~Autocast() {
     if (!on) return;
-    if (cuda) {
-      at::autocast::set_enabled(false);
-    } else {
-      at::autocast::set_cpu_enabled(false);
-    }
+    at::autocast::set_autocast_enabled(device, false);
     at::autocast::clear_cache();
   }
-  bool on, cuda;
+  bool on;
+  at::DeviceType device;
 };
 
 std::string json_number(double x) {
@@ -195,8 +185,8 @@ int run(int argc, char** argv) {
   // Rank 0 may spend minutes training the tokenizer; HIERCOLL_TIMEOUT_MS, when set, bounds every wait.
   const auto rendezvous_timeout =
       std::getenv("HIERCOLL_TIMEOUT_MS") ? hiercoll::CommOptions::from_env().timeout : std::chrono::minutes(10);
-  hiercoll::Rendezvous rendezvous = hiercoll::rendezvous_from_env(
-      std::chrono::duration_cast<std::chrono::milliseconds>(rendezvous_timeout));
+  hiercoll::Rendezvous rendezvous =
+      hiercoll::rendezvous_from_env(std::chrono::duration_cast<std::chrono::milliseconds>(rendezvous_timeout));
   const int rank = rendezvous.rank, size = rendezvous.size;
   fs::create_directories(out_dir);
 
@@ -352,13 +342,12 @@ int run(int argc, char** argv) {
   }
 
   if (rank == 0) {
-    double samples_per_s = measured_steps > 0 ? measured_steps * accum * loader_options.batch_size * size / measured_time
-                                              : NAN;
+    double samples_per_s =
+        measured_steps > 0 ? measured_steps * accum * loader_options.batch_size * size / measured_time : NAN;
     std::ostringstream line;
-    line << "{\"summary\": true, \"backend\": \"" << sync->name() << "\", \"ranks\": " << size
-         << ", \"config\": \"" << config.name << "\", \"parameters\": " << albert::parameter_count(*model)
-         << ", \"steps\": " << steps << ", \"final_loss\": " << json_number(last_loss)
-         << ", \"samples_per_s\": " << json_number(samples_per_s)
+    line << "{\"summary\": true, \"backend\": \"" << sync->name() << "\", \"ranks\": " << size << ", \"config\": \""
+         << config.name << "\", \"parameters\": " << albert::parameter_count(*model) << ", \"steps\": " << steps
+         << ", \"final_loss\": " << json_number(last_loss) << ", \"samples_per_s\": " << json_number(samples_per_s)
          << ", \"comm_wait_s\": " << json_number(comm_wait) << ", \"num_workers\": " << loader_options.num_workers
          << "}";
     log << line.str() << "\n";

@@ -124,6 +124,8 @@ class HIERCOLL_API Communicator {
 
   /// Fails every pending operation and closes the endpoint without waiting for peers.
   void abort();
+  /// Replaces CommOptions::timeout for the operations issued from now on (as c10d's setTimeout).
+  void set_timeout(std::chrono::milliseconds timeout);
   /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd" or "hier" (on device buffers: "hier"
   /// runs on the GPUs, the others on a staged host copy).
   std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;

@@ -368,6 +368,8 @@ Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32
 
 void Communicator::abort() { impl_->abort(); }
 
+void Communicator::set_timeout(std::chrono::milliseconds timeout) { impl_->set_timeout(timeout); }
+
 bool Communicator::device_buffers_supported() { return core::device_path_built(); }
 
 std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers) const {

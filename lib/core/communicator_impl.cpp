@@ -56,7 +56,7 @@ std::string missing_ranks(Store& store, int size) {
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
-    : rank_(rank), size_(size), options_(std::move(options)) {
+    : rank_(rank), size_(size), options_(std::move(options)), timeout_ms_(options_.timeout.count()) {
   if (!store) throw InvalidUsageError("Communicator::create: store is null");
   if (size < 1 || size > algo::kMaxWorldRanks) {
     throw InvalidUsageError("Communicator::create: size " + std::to_string(size) + " is outside 1.." +
@@ -198,6 +198,12 @@ void CommunicatorImpl::stop_progress() {
   if (thread_.joinable()) thread_.join();
 }
 
+void CommunicatorImpl::set_timeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0)
+    throw InvalidUsageError("set_timeout: timeout must be positive, got " + std::to_string(timeout.count()) + " ms");
+  timeout_ms_ = timeout.count();
+}
+
 void CommunicatorImpl::abort() {
   aborted_ = true;
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
@@ -219,7 +225,7 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
 }
 
 algo::Channel CommunicatorImpl::next_channel(const std::string& what) {
-  return algo::Channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, algo::Clock::now() + options_.timeout,
+  return algo::Channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, algo::Clock::now() + timeout(),
                        what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
 }
 
@@ -268,7 +274,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   }
   std::shared_ptr<DevicePath> path = device_;
   path->follow_caller(stream, what);
-  const algo::Issue issue{{algo::Clock::now() + options_.timeout, &aborted_, what}, size()};
+  const algo::Issue issue{{algo::Clock::now() + timeout(), &aborted_, what}, size()};
   const uint64_t ticket = device_tickets_ + 1;
   algo::NetworkStage::Job host_half;
   EventHandle end = nullptr;
@@ -330,7 +336,7 @@ Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
   op.what = what;
   op.completes_later = true;
   op.run = [this, what, peer, post = std::move(post)](const std::shared_ptr<WorkState>& state) {
-    p2p_.push_back({post(*endpoint_), state, peer, algo::Clock::now() + options_.timeout, what});
+    p2p_.push_back({post(*endpoint_), state, peer, algo::Clock::now() + timeout(), what});
   };
   return push(std::move(op));
 }
@@ -386,7 +392,7 @@ void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
     } else if (now >= it->deadline) {
       failure =
           Failure{ErrorCode::kTimeout, it->what + ": rank " + std::to_string(it->peer) + " did not match it within " +
-                                           std::to_string(options_.timeout.count()) + " ms"};
+                                           std::to_string(timeout().count()) + " ms"};
       finished = true;
     }
     if (finished) {

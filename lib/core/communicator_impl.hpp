@@ -65,6 +65,9 @@ class CommunicatorImpl {
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
   void abort();
+  /// Applies to operations the progress thread starts from now on.
+  void set_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
   algo::AllreduceAlgo choose_allreduce(size_t bytes, bool device = false) const {
     return device ? selector_->choose_for_device(bytes) : selector_->choose(bytes);
   }
@@ -134,6 +137,8 @@ class CommunicatorImpl {
   std::deque<Op> queue_;
   bool stopping_ = false;
   std::atomic<bool> aborted_{false};
+  // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
+  std::atomic<int64_t> timeout_ms_;
   std::string broken_;         // first fatal error; later operations fail with it (progress thread only)
   std::list<PendingP2P> p2p_;  // progress thread only
   std::thread thread_;

@@ -238,6 +238,115 @@ def test_send_recv():
         check(f"send/recv ring tag={tag}", got, data((RANK - 1) % SIZE, numel, torch.float32, 12 + tag))
 
 
+def test_premul_sum_and_avg():
+    """PREMUL_SUM and AVG, what FSDP2 reduce-scatters gradients with, on every floating dtype."""
+    numel = 1000
+    for dtype in FLOATS:
+        inputs = [data(r, SIZE * numel, dtype, 13) for r in range(SIZE)]
+        for factor in (0.25, torch.tensor(0.5, dtype=torch.float64)):
+            op = dist._make_nccl_premul_sum(factor)
+            f = float(factor)
+            expected = reduce_all([(x.double() * f).to(dtype) for x in inputs], "sum")
+            t = inputs[RANK].clone()
+            dist.all_reduce(t, op=op)
+            check(f"all_reduce premul_sum {dtype} factor={f}", t, expected)
+            # gloo has no PREMUL_SUM: it sums the premultiplied inputs.
+            if dtype != torch.bfloat16:
+                with_gloo(f"all_reduce premul_sum {dtype} factor={f}",
+                          lambda g: _all_reduce_copy((inputs[RANK].double() * f).to(dtype), g), t)
+
+            out = torch.empty(numel, dtype=dtype)
+            original = inputs[RANK].clone()
+            dist.reduce_scatter_tensor(out, original, op=op)
+            check(f"reduce_scatter_tensor premul_sum {dtype} factor={f}", out,
+                  expected[RANK * numel:(RANK + 1) * numel])
+            check(f"reduce_scatter_tensor premul_sum {dtype} leaves its input", original, inputs[RANK])
+
+            t = inputs[RANK].clone()
+            dist.reduce(t, 0, op=op)
+            if RANK == 0:
+                check(f"reduce premul_sum {dtype} factor={f}", t, expected)
+            else:
+                check(f"reduce premul_sum {dtype} leaves a non-root's input", t, inputs[RANK])
+
+        out = torch.empty(numel, dtype=dtype)
+        dist.reduce_scatter_tensor(out, inputs[RANK].clone(), op=dist.ReduceOp.AVG)
+        check(f"reduce_scatter_tensor avg {dtype}", out, reduce_all(inputs, "avg")[RANK * numel:(RANK + 1) * numel])
+    try:
+        dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
+        failures.append("premul_sum on int32 did not raise")
+    except RuntimeError as e:
+        if "PREMUL_SUM" not in str(e):
+            failures.append(f"premul_sum on int32 raised without naming the op: {e}")
+
+
+def _all_reduce_copy(t, group):
+    dist.all_reduce(t, group=group)
+    return t
+
+
+def test_coalesced():
+    """all_gather_coalesced, the coalescing manager's fused calls, and batch_isend_irecv."""
+    shapes = [(3, 4), (17,), (2, 2, 5)]
+    inputs = [[data(r, int(torch.tensor(s).prod()), torch.float32, 20 + i).view(s) for i, s in enumerate(shapes)]
+              for r in range(SIZE)]
+    outs = [[torch.empty(s) for s in shapes] for _ in range(SIZE)]
+    dist.all_gather_coalesced(outs, inputs[RANK])
+    for r in range(SIZE):
+        for i in range(len(shapes)):
+            check(f"all_gather_coalesced rank {r} tensor {i}", outs[r][i], inputs[r][i])
+
+    cpu = torch.device("cpu")
+    mine = [t.clone() for t in inputs[RANK]]
+    with dist._coalescing_manager(device=cpu, async_ops=True) as cm:
+        for t in mine:
+            dist.all_reduce(t)
+    cm.wait()
+    for i in range(len(shapes)):
+        check(f"coalesced all_reduce tensor {i}", mine[i], reduce_all([inputs[r][i] for r in range(SIZE)], "sum"))
+
+    gathered = [torch.empty(SIZE * t.numel()) for t in inputs[RANK]]
+    with dist._coalescing_manager(device=cpu):
+        for out, t in zip(gathered, inputs[RANK]):
+            dist.all_gather_into_tensor(out, t)
+    for i in range(len(shapes)):
+        check(f"coalesced all_gather_into_tensor {i}", gathered[i],
+              torch.cat([inputs[r][i].reshape(-1) for r in range(SIZE)]))
+
+    for dtype in (torch.float32, torch.bfloat16):
+        big = [[data(r, SIZE * 5 * (i + 1), dtype, 30 + i) for i in range(3)] for r in range(SIZE)]
+        scattered = [torch.empty(5 * (i + 1), dtype=dtype) for i in range(3)]
+        with dist._coalescing_manager(device=cpu):
+            for out, t in zip(scattered, big[RANK]):
+                dist.reduce_scatter_tensor(out, t, op=dist.ReduceOp.AVG)
+        for i in range(3):
+            n = 5 * (i + 1)
+            check(f"coalesced reduce_scatter_tensor avg {dtype} {i}", scattered[i],
+                  reduce_all([big[r][i] for r in range(SIZE)], "avg")[RANK * n:(RANK + 1) * n])
+
+    send = data(RANK, 333, torch.float64, 40)
+    got_left, got_right = torch.empty(333, dtype=torch.float64), torch.empty(333, dtype=torch.float64)
+    ops = [dist.P2POp(dist.isend, send, (RANK + 1) % SIZE), dist.P2POp(dist.isend, send, (RANK - 1) % SIZE),
+           dist.P2POp(dist.irecv, got_left, (RANK - 1) % SIZE), dist.P2POp(dist.irecv, got_right, (RANK + 1) % SIZE)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    check("batch_isend_irecv from the left", got_left, data((RANK - 1) % SIZE, 333, torch.float64, 40))
+    check("batch_isend_irecv from the right", got_right, data((RANK + 1) % SIZE, 333, torch.float64, 40))
+
+
+def test_sequence_numbers():
+    """The group's sequence number counts collectives and agrees across ranks (torch's desync check)."""
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    before = backend._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(3))
+    after = backend._get_sequence_number_for_group()
+    if after != before + 1:
+        failures.append(f"sequence number went from {before} to {after} over one all_reduce")
+    numbers = [torch.zeros(1, dtype=torch.int64) for _ in range(SIZE)]
+    dist.all_gather(numbers, torch.tensor([after], dtype=torch.int64), group=GLOO)
+    check("sequence numbers agree", torch.cat(numbers), torch.full((SIZE,), after, dtype=torch.int64))
+
+
 def test_barrier_and_futures():
     dist.barrier()
     t = torch.ones(8) * RANK
@@ -261,6 +370,9 @@ if __name__ == "__main__":
     for rows in [1, 4]:
         test_all_to_all(rows)
     test_send_recv()
+    test_premul_sum_and_avg()
+    test_coalesced()
+    test_sequence_numbers()
     test_barrier_and_futures()
     dist.barrier()
     print(f"rank {RANK}: {checked} checks, {len(failures)} failed", flush=True)
