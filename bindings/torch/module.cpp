@@ -11,11 +11,12 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hiercoll's torch.distributed backend";
   m.def(
       "create_backend",
-      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::duration<float> timeout) {
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::duration<float> timeout,
+         const std::string& name) {
         return hiercoll_torch::create_backend(store, rank, size,
-                                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+                                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout), name);
       },
-      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("name") = "world",
       // Joining blocks on the store and on peers: let other Python threads run meanwhile.
       py::call_guard<py::gil_scoped_release>());
   m.def(

@@ -750,12 +750,12 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
 }
 
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                       std::chrono::milliseconds timeout) {
+                                                       std::chrono::milliseconds timeout, const std::string& name) {
   return issue("init_process_group", [&] {
     TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
                 " is outside a group of ", size);
     c10::intrusive_ptr<compat::BackendBase> group =
-        c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store), rank, size, timeout);
+        c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store), rank, size, timeout, name);
     return group;
   });
 }

@@ -120,6 +120,7 @@ class ProcessGroupHiercoll : public compat::BackendBase {
 
 /// What `Backend.register_backend` calls: joins the group through torch's store.
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                       std::chrono::milliseconds timeout);
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::string& name = "world");
 
 }  // namespace hiercoll_torch

@@ -78,3 +78,33 @@ def test_mpirun_launch():
         env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert all(f"rank {r} of 2 ok" in proc.stdout for r in range(2)), proc.stdout
+
+
+def _final_parameters(size, worker, backend, tmp_path, args):
+    run_ranks(size, worker, [backend, tmp_path / backend, *args])
+    return [torch.load(f"{tmp_path / backend}.{rank}") for rank in range(size)]
+
+
+def _assert_same_parameters(ours, gloo, tol):
+    for rank in range(len(gloo)):
+        for name, value in gloo[rank].items():
+            assert torch.allclose(ours[rank][name], value, rtol=tol, atol=tol), \
+                f"rank {rank} {name} differs from gloo by {(ours[rank][name] - value).abs().max().item()}"
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_subgroups_split_and_monitored_barrier(size):
+    outputs = run_ranks(size, "worker_groups.py")
+    assert all(" 0 failed" in out for out in outputs), outputs
+
+
+@pytest.mark.parametrize("size,precision,divide", [(2, "fp32", ""), (4, "fp32", ""), (2, "bf16", ""),
+                                                   (4, "fp32", "3")])
+def test_fsdp2_matches_gloo(size, precision, divide, tmp_path):
+    # divide "3": FSDP2 reduce-scatters with PREMUL_SUM(1/3) instead of AVG.
+    ours = _final_parameters(size, "worker_fsdp.py", "hiercoll", tmp_path, [precision, divide])
+    gloo = _final_parameters(size, "worker_fsdp.py", "gloo", tmp_path, [precision, divide])
+    _assert_same_parameters(ours, gloo, 1e-5 if precision == "fp32" else 1e-2)
+    torch.manual_seed(0)
+    initial = torch.nn.Embedding(64, 32).weight
+    assert not torch.allclose(ours[0]["0.weight"], initial), "training did not move the parameters"

@@ -18,8 +18,11 @@ __version__ = _C.__version__
 BACKEND_NAME = "hiercoll"
 
 
-def _create_backend(store, rank, size, timeout):
-    return _C.create_backend(store, rank, size, timeout)
+def _create_backend(dist_options, backend_options=None):
+    # The group's name keys its communicator: members of one group agree on it, whatever other groups
+    # each process has made before (a process outside a subgroup makes none for it).
+    return _C.create_backend(dist_options.store, dist_options.group_rank, dist_options.group_size,
+                             dist_options.timeout, "pg-" + str(dist_options.group_id))
 
 
 def _register():
@@ -27,11 +30,8 @@ def _register():
         dist.Backend, "_plugins", {}
     ):
         return  # imported twice
-    try:
-        # torch 2.x: say which devices the backend serves (CUDA tensors are staged through the host for now).
-        dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu", "cuda"])
-    except TypeError:
-        dist.Backend.register_backend(BACKEND_NAME, _create_backend)  # torch 1.13
+    # CUDA tensors stay on the device where hiercoll was built with CUDA (docs/torch.md says which calls stage).
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])
 
 
 def _backend_of(group):
