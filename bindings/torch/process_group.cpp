@@ -45,9 +45,8 @@ hiercoll::ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, cons
     case c10d::ReduceOp::PRODUCT: return boolean ? hiercoll::ReduceOp::kMin : hiercoll::ReduceOp::kProd;
     case c10d::ReduceOp::MIN: return hiercoll::ReduceOp::kMin;
     case c10d::ReduceOp::MAX: return hiercoll::ReduceOp::kMax;
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "hiercoll ", name,
-                  ": AVG is defined on floating-point tensors, got ", t.scalar_type());
+    case c10d::ReduceOp::AVG:  // hiercoll refuses it on integers, naming the type
+      TORCH_CHECK(!boolean, "hiercoll ", name, ": AVG is not defined on bool tensors");
       return hiercoll::ReduceOp::kAvg;
     case c10d::ReduceOp::PREMUL_SUM:
       TORCH_CHECK(at::isFloatingType(t.scalar_type()), "hiercoll ", name,

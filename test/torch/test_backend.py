@@ -24,23 +24,24 @@ def test_bad_input_raises_and_group_survives(size):
     assert all(": 0 problems" in out for out in outputs), outputs
 
 
-@pytest.mark.parametrize("size,hook", [(2, ""), (4, ""), (2, "fp16"), (2, "allreduce")])
-def test_ddp_training_matches_gloo(size, hook, tmp_path):
-    results = {}
-    for backend in ["hiercoll", "gloo"]:
-        run_ranks(size, "worker_ddp.py", [backend, tmp_path / backend, hook])
-        results[backend] = [torch.load(f"{tmp_path / backend}.{rank}") for rank in range(size)]
-    tol = 1e-3 if hook == "fp16" else 1e-5
+@pytest.mark.parametrize("size,options", [(2, ""), (4, ""), (2, "fp16"), (4, "allreduce"),
+                                          (2, "static_graph"), (4, "find_unused"), (2, "bucket_view"),
+                                          (4, "static_graph,bucket_view,allreduce")])
+def test_ddp_training_matches_gloo(size, options, tmp_path):
+    ours = _final_parameters(size, "worker_ddp.py", "hiercoll", tmp_path, [options])
+    gloo = _final_parameters(size, "worker_ddp.py", "gloo", tmp_path, [options])
+    _assert_same_parameters(ours, gloo, 1e-3 if "fp16" in options else 1e-5)
     for rank in range(size):
-        for name, value in results["gloo"][rank].items():
-            ours = results["hiercoll"][rank][name]
-            assert torch.allclose(ours, value, rtol=tol, atol=tol), f"rank {rank} {name} differs from gloo"
+        for name, value in ours[rank].items():
             # DDP keeps replicas identical: every rank ends with rank 0's parameters.
-            assert torch.equal(ours, results["hiercoll"][0][name]), f"rank {rank} {name} diverged from rank 0"
+            assert torch.equal(value, ours[0][name]), f"rank {rank} {name} diverged from rank 0"
     # The run trained: parameters moved away from the initial model.
     torch.manual_seed(0)
     initial = torch.nn.Embedding(50, 16).weight
-    assert not torch.allclose(results["hiercoll"][0]["0.weight"], initial)
+    assert not torch.allclose(ours[0]["body.0.weight"], initial)
+    if "find_unused" in options:
+        torch.manual_seed(0)
+        assert not torch.allclose(ours[0]["branch.weight"], torch.nn.Linear(50, 50).weight), "the branch trained"
 
 
 @pytest.mark.parametrize("size", [2, 4])
@@ -108,3 +109,18 @@ def test_fsdp2_matches_gloo(size, precision, divide, tmp_path):
     torch.manual_seed(0)
     initial = torch.nn.Embedding(64, 32).weight
     assert not torch.allclose(ours[0]["0.weight"], initial), "training did not move the parameters"
+
+
+def test_dtensor_2x2_mesh_matches_gloo(tmp_path):
+    ours = _final_parameters(4, "worker_dtensor.py", "hiercoll", tmp_path, [])
+    gloo = _final_parameters(4, "worker_dtensor.py", "gloo", tmp_path, [])
+    _assert_same_parameters(ours, gloo, 1e-6)
+    # The redistributions against the global tensor itself.
+    torch.manual_seed(0)
+    full = torch.randn(8, 6)
+    for rank in range(4):
+        dp, tp = divmod(rank, 2)
+        assert torch.equal(ours[rank]["shard->replicate"], full)
+        assert torch.equal(ours[rank]["local shard"], full[4 * dp:4 * dp + 4, 3 * tp:3 * tp + 3])
+        assert torch.equal(ours[rank]["replicate->shard"], full[4 * tp:4 * tp + 4, 3 * dp:3 * dp + 3])
+        assert torch.allclose(ours[rank]["sum over the tp dim"], full.sum(dim=1), atol=1e-6)

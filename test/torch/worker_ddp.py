@@ -1,5 +1,7 @@
-"""DDP training of a small model for a few steps; writes the final parameters of this rank to argv[2].
-argv[1]: the backend. argv[3] (optional): a DDP comm hook, "fp16" or "allreduce"."""
+"""DDP training of a small model for 20 steps; writes the final parameters of this rank to argv[2].
+argv[1]: the backend. argv[3] (optional): comma-separated options: a comm hook ("fp16", "allreduce"),
+"static_graph", "find_unused" (a branch that only some steps use), "bucket_view"
+(gradient_as_bucket_view)."""
 import os
 import sys
 
@@ -12,30 +14,45 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import hiercoll_torch  # noqa: F401
 
 backend, out_path = sys.argv[1], sys.argv[2]
-hook = sys.argv[3] if len(sys.argv) > 3 else ""
+options = set(filter(None, sys.argv[3].split(","))) if len(sys.argv) > 3 else set()
 dist.init_process_group(backend=backend)
 rank, size = dist.get_rank(), dist.get_world_size()
 
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Embedding(50, 16), nn.Flatten(), nn.Linear(16 * 4, 64), nn.GELU(),
+                                  nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 50))
+        self.branch = nn.Linear(50, 50)  # under find_unused, used on odd steps only
+
+    def forward(self, x, use_branch):
+        y = self.body(x)
+        return self.branch(y) if use_branch else y
+
+
 torch.manual_seed(0)  # the same initial model everywhere; DDP also broadcasts rank 0's
-model = nn.Sequential(nn.Embedding(50, 16), nn.Flatten(), nn.Linear(16 * 4, 64), nn.GELU(), nn.LayerNorm(64),
-                      nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 50))
+model = Model()
 if rank != 0:
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)  # DDP's initial broadcast must undo this
 # Small buckets so several allreduces overlap with backward.
-ddp = DDP(model, bucket_cap_mb=0.01)
-if hook == "fp16":
+ddp = DDP(model, bucket_cap_mb=0.01, static_graph="static_graph" in options,
+          find_unused_parameters="find_unused" in options, gradient_as_bucket_view="bucket_view" in options)
+if "fp16" in options:
     ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
-elif hook == "allreduce":
+elif "allreduce" in options:
     ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
+
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
 
 gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
-for step in range(6):
+for step in range(20):
     x = torch.randint(0, 50, (8, 4), generator=gen)
     y = torch.randint(0, 50, (8,), generator=gen)
-    loss = nn.functional.cross_entropy(ddp(x), y)
+    loss = nn.functional.cross_entropy(ddp(x, "find_unused" not in options or step % 2 == 1), y)
     opt.zero_grad()
     loss.backward()
     opt.step()
