@@ -172,12 +172,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
   for (const auto& t : outputs) in_place = in_place && on_device(t);
   if (in_place) handle->order_streams_after(works);
   CompletionThread::Pending pending{std::move(works), handle, std::move(finish), {}};
+  enqueue(std::move(pending));
+  return handle;
+}
+
+void ProcessGroupHiercoll::enqueue(CompletionThread::Pending pending) {
   if (coalescing_) {
     coalesced_.push_back(std::move(pending));
   } else {
     completion_.add(std::move(pending));
   }
-  return handle;
 }
 
 std::vector<hiercoll::Work> ProcessGroupHiercoll::exchange(const std::vector<at::Tensor>& to_peer,
@@ -601,11 +605,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::coalesced(c10d::OpType type
     auto issued = std::exchange(coalesced_, std::move(outer));
     coalescing_ = outer_coalescing;
     for (auto& pending : issued) {
-      if (coalescing_) {
-        coalesced_.push_back(std::move(pending));
-      } else {
-        completion_.add(std::move(pending));
-      }
+      enqueue(std::move(pending));
     }
     throw;
   }
@@ -628,11 +628,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::add_combined(c10d::OpType t
   auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs);
   if (stream_ordered) handle->order_streams_after(works);
   CompletionThread::Pending pending{std::move(works), handle, {}, std::move(members)};
-  if (coalescing_) {
-    coalesced_.push_back(std::move(pending));
-  } else {
-    completion_.add(std::move(pending));
-  }
+  enqueue(std::move(pending));
   return handle;
 }
 

@@ -103,6 +103,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,
                                         std::vector<at::Tensor> outputs, std::function<void()> finish = {},
                                         std::vector<at::Tensor> inputs = {});
+  // Hands an issued call to the completion thread, or to the open coalescing block.
+  void enqueue(CompletionThread::Pending pending);
   // Runs `calls` (issuing collectives) and returns one Work for all of them.
   c10::intrusive_ptr<c10d::Work> coalesced(c10d::OpType type, const std::function<void()>& calls);
   c10::intrusive_ptr<c10d::Work> add_combined(c10d::OpType type, std::vector<CompletionThread::Pending> members);
