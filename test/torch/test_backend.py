@@ -124,3 +124,22 @@ def test_dtensor_2x2_mesh_matches_gloo(tmp_path):
         assert torch.equal(ours[rank]["local shard"], full[4 * dp:4 * dp + 4, 3 * tp:3 * tp + 3])
         assert torch.equal(ours[rank]["replicate->shard"], full[4 * tp:4 * tp + 4, 3 * dp:3 * dp + 3])
         assert torch.allclose(ours[rank]["sum over the tp dim"], full.sum(dim=1), atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_hugging_face_albert_in_ddp_matches_gloo(size, tmp_path):
+    pytest.importorskip("transformers")
+    ours = _final_parameters(size, "worker_hf_albert.py", "hiercoll", tmp_path, [])
+    gloo = _final_parameters(size, "worker_hf_albert.py", "gloo", tmp_path, [])
+    _assert_same_parameters(ours, gloo, 1e-5)  # incl. every rank's loss curve
+    for rank in range(size):
+        for name, value in ours[rank].items():
+            if name != "losses":
+                assert torch.equal(value, ours[0][name]), f"rank {rank} {name} diverged from rank 0"
+    from transformers import AlbertConfig, AlbertForMaskedLM
+    torch.manual_seed(0)
+    initial = AlbertForMaskedLM(AlbertConfig(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64,
+                                             max_position_embeddings=16)).state_dict()
+    moved = [name for name, value in initial.items() if not torch.allclose(ours[0][name], value)]
+    assert len(moved) > len(initial) // 2, f"training moved only {moved}"
