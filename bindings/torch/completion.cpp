@@ -23,6 +23,12 @@ void WorkHiercoll::complete(std::exception_ptr error) {
   }
 }
 
+int WorkHiercoll::sourceRank() const {
+  TORCH_CHECK(receive_, "hiercoll Work: sourceRank() is only defined for a receive");
+  TORCH_CHECK(receive_->is_completed(), "hiercoll Work: sourceRank() before the receive completed; wait() first");
+  return receive_->source();
+}
+
 bool WorkHiercoll::wait(std::chrono::milliseconds timeout) {
   if (stream_ordered_.empty()) return c10d::Work::wait(timeout);
   try {

@@ -26,6 +26,9 @@ class WorkHiercoll : public c10d::Work {
   /// device and returns without blocking the host, as ProcessGroupNCCL's does. Others block until complete.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;  // 0: c10d's "no timeout"
   void order_streams_after(std::vector<hiercoll::Work> works) { stream_ordered_ = std::move(works); }
+  /// A receive: sourceRank() is the sender `receive` names once complete (what recv from any source returns).
+  void set_receive(hiercoll::Work receive) { receive_ = std::move(receive); }
+  int sourceRank() const override;
   bool stream_ordered() const { return !stream_ordered_.empty(); }
   /// Called once, by the completion thread. `error` is null on success.
   void complete(std::exception_ptr error);
@@ -34,6 +37,7 @@ class WorkHiercoll : public c10d::Work {
   std::vector<at::Tensor> outputs_, inputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::vector<hiercoll::Work> stream_ordered_;
+  std::optional<hiercoll::Work> receive_;
 };
 
 /// One thread per process group that turns finished hiercoll operations into completed c10d Works.

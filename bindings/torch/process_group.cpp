@@ -165,7 +165,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
                                                             std::vector<at::Tensor> outputs,
                                                             std::function<void()> finish,
                                                             std::vector<at::Tensor> inputs) {
-  ++sequence_;
+  // Collectives only, as ProcessGroupNCCL's seqCollective_: ranks issue different point-to-point calls.
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++sequence_;
   auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs, std::move(inputs));
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
   bool in_place = !finish && !outputs.empty();
@@ -573,12 +574,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor
     TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
     at::Tensor h = host(t);
     auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), src_rank, static_cast<uint32_t>(tag));
-    return submit(c10d::OpType::RECV, {work}, tensors, [t, h] { write_back(t, h); });
+    auto handle = submit(c10d::OpType::RECV, {work}, tensors, [t, h] { write_back(t, h); });
+    static_cast<WorkHiercoll&>(*handle).set_receive(work);
+    return handle;
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false, "hiercoll recv: receiving from any source is not supported; pass src=");
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return issue("recv", [&] {
+    at::Tensor t = single(tensors, "recv");
+    TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
+    at::Tensor h = host(t);
+    auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), hiercoll::Communicator::kAnySource,
+                           static_cast<uint32_t>(tag));
+    auto handle = submit(c10d::OpType::RECVANYSOURCE, {work}, tensors, [t, h] { write_back(t, h); });
+    static_cast<WorkHiercoll&>(*handle).set_receive(work);
+    return handle;
+  });
 }
 
 // ---- Coalescing ------------------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
     torchrun --nproc_per_node=4 examples/torch_ddp/train_ddp.py --backend hiercoll
     mpirun -np 4 -x PYTHONPATH python3 examples/torch_ddp/train_ddp.py --backend gloo
 
-Prints the loss every few steps and the samples/s of the whole group at the end.
+Prints the loss every few steps and, at the end, the samples/s of the whole group and the median step time
+(bench/torch/ddp_step.py runs it for several backends side by side).
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -35,22 +37,24 @@ def main():
     # A learnable task: the label is which of 10 random directions the input is closest to.
     gen = torch.Generator().manual_seed(1 + rank)
     centers = torch.randn(10, 64, generator=torch.Generator().manual_seed(7))
-    start = None
+    warmup, step_times = 5, []
     for step in range(args.steps):
-        if step == 5:
-            start = time.perf_counter()  # the first steps warm up
+        begin = time.perf_counter()
         y = torch.randint(0, 10, (args.batch,), generator=gen)
         x = centers[y] + 2.0 * torch.randn(args.batch, 64, generator=gen)
         loss = nn.functional.cross_entropy(ddp(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if step >= warmup:  # the first steps warm up (allocations, DDP's bucket rebuild after step 0)
+            step_times.append(time.perf_counter() - begin)
         if rank == 0 and step % 10 == 0:
             print(f"step {step:4d} loss {loss.item():.4f}", flush=True)
-    elapsed = time.perf_counter() - start
     if rank == 0:
-        samples = (args.steps - 5) * args.batch * size
-        print(f"backend {args.backend}: {size} ranks, final loss {loss.item():.4f}, {samples / elapsed:.0f} samples/s")
+        samples = len(step_times) * args.batch * size
+        print(f"backend {args.backend}: {size} ranks, final loss {loss.item():.4f}, "
+              f"{samples / sum(step_times):.0f} samples/s, median step {1e3 * statistics.median(step_times):.3f} ms, "
+              f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

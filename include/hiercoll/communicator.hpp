@@ -37,6 +37,9 @@ class HIERCOLL_API Work {
   bool wait_for(std::chrono::microseconds timeout) const;
   /// The error the operation ended with, or null. Only meaningful once is_completed().
   std::exception_ptr error() const;
+  /// For a receive that completed successfully: the rank the message came from (what a recv from kAnySource
+  /// needs to know); -1 for every other operation or before completion.
+  int source() const;
 
   explicit Work(std::shared_ptr<core::WorkState> state) : state_(std::move(state)) {}
 
@@ -116,7 +119,9 @@ class HIERCOLL_API Communicator {
   /// Unlike collectives, send/recv run concurrently with later operations, so a send then recv pair on both
   /// sides cannot deadlock.
   Work send(const void* buf, size_t count, DataType type, int peer, uint32_t tag = 0);
+  /// `peer` may be kAnySource: the first message of this tag from any rank; Work::source() says whose it was.
   Work recv(void* buf, size_t count, DataType type, int peer, uint32_t tag = 0);
+  static constexpr int kAnySource = -1;
 
   /// True if this build takes CUDA device buffers (HIERCOLL_WITH_CUDA); without, device pointers are not
   /// recognised and must be staged through host memory by the caller.

@@ -72,7 +72,7 @@ void Channel::wait_all(std::vector<RequestPtr>& requests) {
 }
 
 void check_request(const transport::Request& request, int world_peer, const std::string& what) {
-  std::string peer = "rank " + std::to_string(world_peer);
+  std::string peer = world_peer < 0 ? "any rank" : "rank " + std::to_string(world_peer);
   if (request.state.load() == transport::Request::State::kFailed) {
     throw RemoteError(what + ": " + (request.is_send ? "send to " : "receive from ") + peer +
                       " failed: " + request.error);

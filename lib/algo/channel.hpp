@@ -30,6 +30,8 @@ inline Tag p2p_tag(uint16_t context, int source, uint32_t user_tag) {
   return (static_cast<Tag>(context) << 48) | (Tag{1} << 47) | (static_cast<Tag>(source) << 32) | user_tag;
 }
 inline int tag_source(Tag tag) { return static_cast<int>((tag >> 32) & 0x7fff); }
+/// The bits of a p2p tag that hold the source rank: a receive from any source ignores them.
+inline constexpr Tag kP2pSourceBits = Tag{0x7fff} << 32;
 
 /// Tuning shared by the algorithms (HIERCOLL_CHUNK_BYTES, HIERCOLL_PIPELINE_SLOTS).
 struct AlgoConfig {

@@ -356,11 +356,18 @@ Work Communicator::send(const void* buf, size_t count, DataType type, int peer, 
 
 Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32_t tag) {
   size_t bytes = checked_bytes("recv", count, type);
-  check_rank("recv", "peer", peer, size());
+  if (peer != kAnySource) check_rank("recv", "peer", peer, size());
   if (peer == rank()) throw InvalidUsageError("recv: peer " + std::to_string(peer) + " is this rank");
   check_buffer("recv", "output", buf, bytes, type);
   check_host("recv", buf, bytes);
   auto context = impl_->context();
+  if (peer == kAnySource) {
+    // The sender's rank is a field of the p2p tag: ignoring that field matches a message from anyone, and the
+    // completed tag names who sent it (PendingP2P hands it to Work::source()).
+    return impl_->enqueue_p2p(describe("recv", count, type) + " from any rank", peer, [=](transport::Endpoint& ep) {
+      return ep.irecv(-1, algo::p2p_tag(context, 0, tag), algo::kP2pSourceBits, buf, bytes);
+    });
+  }
   return impl_->enqueue_p2p(
       describe("recv", count, type) + " from rank " + std::to_string(peer), peer,
       [=](transport::Endpoint& ep) { return ep.irecv(peer, algo::p2p_tag(context, peer, tag), 0, buf, bytes); });

@@ -390,13 +390,14 @@ void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
       failure = Failure{ErrorCode::kRemoteError, it->what + ": " + reason};
       finished = true;
     } else if (now >= it->deadline) {
-      failure =
-          Failure{ErrorCode::kTimeout, it->what + ": rank " + std::to_string(it->peer) + " did not match it within " +
-                                           std::to_string(timeout().count()) + " ms"};
+      const std::string who = it->peer < 0 ? "no rank" : "rank " + std::to_string(it->peer);
+      failure = Failure{ErrorCode::kTimeout,
+                        it->what + ": " + who + " did not match it within " + std::to_string(timeout().count()) + " ms"};
       finished = true;
     }
     if (finished) {
-      it->state->finish(failure);
+      const bool received = !it->request->is_send && it->request->done();
+      it->state->finish(failure, received ? algo::tag_source(it->request->tag) : -1);
       it = p2p_.erase(it);
     } else {
       ++it;

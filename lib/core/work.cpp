@@ -44,6 +44,12 @@ bool Work::wait_for(std::chrono::microseconds timeout) const {
   return state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; });
 }
 
+int Work::source() const {
+  if (!state_) return -1;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done ? state_->source : -1;
+}
+
 std::exception_ptr Work::error() const {
   if (!state_) return nullptr;
   std::lock_guard<std::mutex> lock(state_->mutex);

@@ -27,12 +27,14 @@ struct WorkState {
   std::condition_variable done_cv;
   bool done = false;
   std::optional<Failure> failure;
+  int source = -1;  // receives: the sender's rank
 
-  void finish(std::optional<Failure> result = std::nullopt) {
+  void finish(std::optional<Failure> result = std::nullopt, int from = -1) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       done = true;
       failure = std::move(result);
+      if (!failure) source = from;
     }
     done_cv.notify_all();
   }

@@ -186,6 +186,40 @@ void run_collectives(Communicator& comm) {
       expect_equal("recv from right", DataType::kFloat32, ReduceOp::kSum, from_right.data(), i,
                    get(DataType::kFloat32, want_right.data(), i));
     }
+    if (r1.source() != left || s1.source() != -1) {
+      std::printf("FAIL: recv from left: Work::source() = %d, the send's = %d\n", r1.source(), s1.source());
+      ++g_failures;
+    }
+    // Receives from any source: rank 0 takes one message from every other rank in whatever order they arrive,
+    // and Work::source() must name the rank whose data landed in each buffer.
+    const size_t small = 1000;
+    if (r == 0) {
+      std::vector<Buffer> got;
+      std::vector<Work> works;
+      for (int k = 1; k < n; ++k) {
+        got.emplace_back(small * 4);
+        works.push_back(comm.recv(got.back().data(), small, DataType::kFloat32, Communicator::kAnySource, 7));
+      }
+      std::vector<bool> seen(static_cast<size_t>(n), false);
+      for (int k = 0; k + 1 < n; ++k) {
+        works[static_cast<size_t>(k)].wait();
+        int from = works[static_cast<size_t>(k)].source();
+        if (from < 1 || from >= n || seen[static_cast<size_t>(from)]) {
+          std::printf("FAIL: recv from any source: Work::source() = %d\n", from);
+          ++g_failures;
+          continue;
+        }
+        seen[static_cast<size_t>(from)] = true;
+        Buffer want = make_input(from, small, DataType::kFloat32, ReduceOp::kSum, 9);
+        for (size_t i = 0; i < small; ++i) {
+          expect_equal("recv from any source", DataType::kFloat32, ReduceOp::kSum, got[static_cast<size_t>(k)].data(),
+                       i, get(DataType::kFloat32, want.data(), i));
+        }
+      }
+    } else {
+      Buffer data = make_input(r, small, DataType::kFloat32, ReduceOp::kSum, 9);
+      comm.send(data.data(), small, DataType::kFloat32, 0, 7).wait();
+    }
   }
 }
 

@@ -236,6 +236,22 @@ def test_send_recv():
         recv.wait()
         send.wait()
         check(f"send/recv ring tag={tag}", got, data((RANK - 1) % SIZE, numel, torch.float32, 12 + tag))
+    # From any source: rank 0 receives one message from every other rank in arrival order; recv returns the sender.
+    if RANK == 0:
+        senders = []
+        for _ in range(SIZE - 1):
+            got = torch.zeros(77, dtype=torch.int32)
+            src = dist.recv(got, tag=9)
+            senders.append(src)
+            check(f"recv from any source (sender {src})", got, data(src, 77, torch.int32, 14))
+        check("recv from any source: every sender once", torch.tensor(sorted(senders)), torch.arange(1, SIZE))
+        work = dist.irecv(got, tag=10)  # irecv without src, then the sender from the Work
+        work.wait()
+        check("irecv from any source: Work's source rank", torch.tensor([work._source_rank()]), torch.tensor([SIZE - 1]))
+    else:
+        dist.send(data(RANK, 77, torch.int32, 14), 0, tag=9)
+        if RANK == SIZE - 1:
+            dist.send(data(RANK, 77, torch.int32, 14), 0, tag=10)
 
 
 def test_premul_sum_and_avg():
