@@ -11,15 +11,26 @@
 
 static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs torch 2.4 or newer");
 
-// Backend::getError, abort, shutdown and supportsCoalescing.
-#define HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE HIERCOLL_TORCH_AT_LEAST(2, 6)
-// Backend::split(store, ranks, options), which ProcessGroup::split_group and DeviceMesh call.
-#define HIERCOLL_TORCH_HAS_BACKEND_SPLIT HIERCOLL_TORCH_AT_LEAST(2, 8)
+// The releases that added each virtual were read from the Backend.hpp of every release from 2.4 to 2.15, and
+// scripts/torch-compat-check compiles against 2.4 and the newest.
+// Backend::getError, abort, shutdown, supportsCoalescing (2.7).
+#define HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE HIERCOLL_TORCH_AT_LEAST(2, 7)
+// Backend::split(store, ranks, options), which ProcessGroup::split_group and DeviceMesh call; getBackendOptions and
+// setTimeout became virtual in the same release (2.9).
+#define HIERCOLL_TORCH_HAS_BACKEND_SPLIT HIERCOLL_TORCH_AT_LEAST(2, 9)
+// Backend::gather_into_tensor (dist.gather_single / gather_into_tensor): 2.14 added it, forwarding to nothing.
+#define HIERCOLL_TORCH_HAS_GATHER_SINGLE HIERCOLL_TORCH_AT_LEAST(2, 14)
 
+// `override` on methods older releases do not declare virtual (they stay plain methods there).
 #if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
-#define HIERCOLL_OVERRIDE_SINCE_2_6 override
+#define HIERCOLL_OVERRIDE_SINCE_2_7 override
 #else
-#define HIERCOLL_OVERRIDE_SINCE_2_6
+#define HIERCOLL_OVERRIDE_SINCE_2_7
+#endif
+#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT
+#define HIERCOLL_OVERRIDE_SINCE_2_9 override
+#else
+#define HIERCOLL_OVERRIDE_SINCE_2_9
 #endif
 
 namespace hiercoll_torch::compat {

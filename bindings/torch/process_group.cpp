@@ -367,34 +367,59 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vec
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::GatherOptions& opts) {
   return issue("gather", [&] {
-    at::Tensor in = host(single(inputs, "gather"));
+    at::Tensor in = single(inputs, "gather");
     check_rank(opts.rootRank, size_, "root", "gather");
-    std::vector<at::Tensor> to_peer(size_), from_peer(size_), outs;
+    std::vector<at::Tensor> outs;
     if (rank_ == opts.rootRank) {
       TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                   "hiercoll gather: the root needs one output list of ", size_, " tensors");
       outs = outputs[0];
       for (int peer = 0; peer < size_; ++peer) {
         check_tensor(outs[peer], "gather");
-        check_same_kind(outs[peer], inputs[0], "gather");
+        check_same_kind(outs[peer], in, "gather");
         TORCH_CHECK(outs[peer].numel() == in.numel(), "hiercoll gather: output tensors must have the input's ",
                     in.numel(), " elements");
-        from_peer[peer] = host(outs[peer]);
       }
-      to_peer[rank_] = in;
     } else {
       TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                   "hiercoll gather: only the root passes output tensors");
-      to_peer[opts.rootRank] = in;
     }
-    auto works = exchange(to_peer, from_peer);
-    return submit(
-        c10d::OpType::GATHER, std::move(works), outs,
-        [outs, from_peer] {
-          for (size_t i = 0; i < outs.size(); ++i) write_back(outs[i], from_peer[i]);
-        },
-        to_peer);
+    return gather_to_root(in, outs, opts.rootRank, outs);
   });
+}
+
+#if HIERCOLL_TORCH_HAS_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                                        const c10d::GatherOptions& opts) {
+  return issue("gather_single", [&] {
+    check_tensor(input, "gather_single");
+    check_rank(opts.rootRank, size_, "root", "gather_single");
+    std::vector<at::Tensor> parts;
+    if (rank_ == opts.rootRank) {
+      check_tensor(output, "gather_single");
+      check_same_kind(output, input, "gather_single");
+      TORCH_CHECK(output.numel() == input.numel() * size_, "hiercoll gather_single: the output must hold ", size_,
+                  " x ", input.numel(), " elements, it has ", output.numel());
+      parts = output.view(-1).chunk(size_);  // contiguous: each part is rank i's slot in place
+    }
+    return gather_to_root(input, parts, opts.rootRank, {output});
+  });
+}
+#endif
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_to_root(const at::Tensor& input,
+                                                                    std::vector<at::Tensor> parts, int root,
+                                                                    std::vector<at::Tensor> result) {
+  std::vector<at::Tensor> to_peer(size_), from_peer(size_);
+  to_peer[root] = host(input);
+  for (size_t peer = 0; peer < parts.size(); ++peer) from_peer[peer] = host(parts[peer]);
+  auto works = exchange(to_peer, from_peer);
+  return submit(
+      c10d::OpType::GATHER, std::move(works), std::move(result),
+      [parts, from_peer] {
+        for (size_t i = 0; i < parts.size(); ++i) write_back(parts[i], from_peer[i]);
+      },
+      to_peer);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Tensor>& outputs,

@@ -22,12 +22,12 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   ~ProcessGroupHiercoll() override;
 
   const std::string getBackendName() const override { return "hiercoll"; }
-  c10::intrusive_ptr<Options> getBackendOptions() override;
-  void setTimeout(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<Options> getBackendOptions() HIERCOLL_OVERRIDE_SINCE_2_9;
+  void setTimeout(std::chrono::milliseconds timeout) HIERCOLL_OVERRIDE_SINCE_2_9;
 
   // Coalescing: the calls between start and end complete together, as one Work (batch_isend_irecv, and
   // `dist._coalescing_manager`, whose all_reduce/all_gather_into_tensor/reduce_scatter_tensor arrive fused).
-  bool supportsCoalescing() const HIERCOLL_OVERRIDE_SINCE_2_6 { return true; }
+  bool supportsCoalescing() const HIERCOLL_OVERRIDE_SINCE_2_7 { return true; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
@@ -73,6 +73,10 @@ class ProcessGroupHiercoll : public compat::BackendBase {
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#if HIERCOLL_TORCH_HAS_GATHER_SINGLE
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                    const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
@@ -111,6 +115,9 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   // Point-to-point exchanges inside one collective (alltoall, gather, scatter) on a tag users cannot pick.
   std::vector<hiercoll::Work> exchange(const std::vector<at::Tensor>& to_peer,
                                        const std::vector<at::Tensor>& from_peer);
+  // Every rank's input to parts[i] on root (parts empty elsewhere); the Work's result() is `result`.
+  c10::intrusive_ptr<c10d::Work> gather_to_root(const at::Tensor& input, std::vector<at::Tensor> parts, int root,
+                                                std::vector<at::Tensor> result);
 
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
