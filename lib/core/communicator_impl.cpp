@@ -390,9 +390,11 @@ void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
       failure = Failure{ErrorCode::kRemoteError, it->what + ": " + reason};
       finished = true;
     } else if (now >= it->deadline) {
-      const std::string who = it->peer < 0 ? "no rank" : "rank " + std::to_string(it->peer);
-      failure = Failure{ErrorCode::kTimeout,
-                        it->what + ": " + who + " did not match it within " + std::to_string(timeout().count()) + " ms"};
+      const std::string within = " within " + std::to_string(timeout().count()) + " ms";
+      failure = Failure{ErrorCode::kTimeout, it->what + ": " +
+                                                 (it->peer < 0 ? "no rank sent a matching message" + within
+                                                               : "rank " + std::to_string(it->peer) +
+                                                                     " did not match it" + within)};
       finished = true;
     }
     if (finished) {

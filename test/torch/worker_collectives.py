@@ -160,6 +160,11 @@ def test_gather_scatter(numel):
         dist.gather(inputs[RANK], outs, dst=root)
         if RANK == root:
             check(f"gather root={root} n={numel}", torch.stack(outs), torch.stack(inputs))
+        if hasattr(dist, "gather_single"):  # torch 2.14+: one flat output on the root (Backend::gather_into_tensor)
+            flat = torch.full((SIZE, numel), -1.0, dtype=torch.float64) if RANK == root else None
+            dist.gather_single(inputs[RANK], flat, dst=root)
+            if RANK == root:
+                check(f"gather_single root={root} n={numel}", flat, torch.stack(inputs))
 
         pieces = [data(root, numel, torch.int32, 6 + r) for r in range(SIZE)]
         out = torch.empty(numel, dtype=torch.int32)

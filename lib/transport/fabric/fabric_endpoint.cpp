@@ -338,9 +338,11 @@ class FabricEndpoint final : public Endpoint {
           FabricRequest* request = FabricRequest::from_context(error.op_context);
           std::string text;
           if (error.err == FI_ETRUNC) {
+            // olen is the overflow, where the provider reports it (tcp;ofi_rxm leaves it 0).
+            const std::string arrived =
+                error.olen ? std::to_string(request->bytes_posted + error.olen) + " arrived" : "a larger message arrived";
             text = "message truncated: the receive was posted for " + std::to_string(request->bytes_posted) +
-                   " bytes but " + std::to_string(request->bytes_posted + error.olen) +
-                   " arrived (ranks disagree on the size of this operation)";
+                   " bytes but " + arrived + " (ranks disagree on the size of this operation)";
           } else if (error.err == FI_ECANCELED) {
             text = "cancelled";
           } else {
