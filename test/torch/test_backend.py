@@ -143,3 +143,11 @@ def test_hugging_face_albert_in_ddp_matches_gloo(size, tmp_path):
                                              max_position_embeddings=16)).state_dict()
     moved = [name for name, value in initial.items() if not torch.allclose(ours[0][name], value)]
     assert len(moved) > len(initial) // 2, f"training moved only {moved}"
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_one_backend_per_device(size):
+    # "cpu:hiercoll,cuda:nccl" is the usual mix; without a GPU gloo stands in for the CUDA side.
+    other = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= size else "gloo"
+    outputs = run_ranks(size, "worker_mixed.py", [other])
+    assert all(": 0 failed" in out for out in outputs), outputs
