@@ -2,6 +2,7 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "hiercoll/store.hpp"
 #include "hiercoll/version.hpp"
 #include "process_group.hpp"
 
@@ -27,6 +28,15 @@ PYBIND11_MODULE(_C, m) {
         return ours->communicator().allreduce_algorithm(bytes);
       },
       "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd or hier).");
+  m.def(
+      "launcher_rendezvous_address",
+      [](int rank, std::chrono::duration<float> timeout) {
+        return hiercoll::launcher_rendezvous_address(rank,
+                                                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      },
+      py::arg("rank"), py::arg("timeout"),
+      "'host:port' every process of an mpirun / srun job agrees on (PMIx, or Slurm's first node), or None.",
+      py::call_guard<py::gil_scoped_release>());
   m.def("_quiesce", &hiercoll_torch::CompletionThread::quiesce_all,
         "Called at interpreter exit: stop running future callbacks from hiercoll's threads.",
         py::call_guard<py::gil_scoped_release>());

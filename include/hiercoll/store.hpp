@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,10 +108,20 @@ struct Rendezvous {
   std::shared_ptr<Store> store;  ///< shared by every rank of the job
 };
 
-/// Rank and size from HIERCOLL_RANK/HIERCOLL_WORLD_SIZE, torchrun's RANK/WORLD_SIZE or Open MPI's
-/// OMPI_COMM_WORLD_RANK/SIZE; the store from HIERCOLL_STORE (tcp://host:port or file:///dir), else
-/// MASTER_ADDR/MASTER_PORT, else (under mpirun) a file store in /tmp named after the MPI job.
-/// Throws InvalidUsageError naming what is missing.
+/// Rank and size from HIERCOLL_RANK/HIERCOLL_WORLD_SIZE, torchrun's RANK/WORLD_SIZE, Open MPI's
+/// OMPI_COMM_WORLD_RANK/SIZE, PMIx's PMIX_RANK or Slurm's SLURM_PROCID/SLURM_NTASKS. The store, first that applies:
+///   HIERCOLL_STORE (tcp://host:port or file:///dir); MASTER_ADDR and MASTER_PORT;
+///   under a PMIx launcher (mpirun, srun --mpi=pmix): rank 0 serves a TCP store on its reachable address
+///   (launch::reachable_address) and publishes it through PMIx, so no address is set by hand across hosts;
+///   under Slurm without PMIx: the first node of SLURM_JOB_NODELIST, port MASTER_PORT or 20000 + job id % 20000;
+///   under mpirun without PMIx: a file store in /tmp named after the job (one host only).
+/// Throws InvalidUsageError naming what is missing, TimeoutError if the job's ranks do not meet in `timeout`.
 HIERCOLL_API Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+/// "host:port" that every process of a launcher's job agrees on, for a rendezvous server rank 0 will run (torch's
+/// TCPStore in hiercoll_torch): under PMIx rank 0 picks its reachable address and a free port and publishes them;
+/// under Slurm, the first node and the port above. nullopt when launched by neither. Every rank must call it.
+HIERCOLL_API std::optional<std::string> launcher_rendezvous_address(int rank,
+                                                                    std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 }  // namespace hiercoll

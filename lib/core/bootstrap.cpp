@@ -1,11 +1,18 @@
-// Communicator::from_env: rank, size and store from whatever launched us (hiercoll's own variables,
-// torchrun, or Open MPI's mpirun).
+// Communicator::from_env: rank, size and store from whatever launched us (hiercoll's own variables, torchrun,
+// Open MPI's mpirun or Slurm's srun, through PMIx where the launcher runs a PMIx server).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdlib>
 
 #include "core/env.hpp"
+#include "core/log.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
+#include "launch/launcher.hpp"
 
 namespace hiercoll {
 namespace {
@@ -23,40 +30,86 @@ int first_int(std::initializer_list<const char*> names, const char* what) {
                           tried + ")");
 }
 
-std::string store_url() {
-  if (auto url = core::env_string("HIERCOLL_STORE")) return *url;
-  auto addr = core::env_string("MASTER_ADDR");
-  auto port = core::env_string("MASTER_PORT");
-  if (addr && port) return "tcp://" + *addr + ":" + *port;
-  // Under mpirun without a store address: all ranks on one host share a file store named after the job.
-  for (const char* job : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-    if (auto id = core::env_string(job)) {
-      for (char& c : *id) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      return kJobStorePrefix + *id;
-    }
-  }
-  throw InvalidUsageError(
-      "rendezvous_from_env: no rendezvous; set HIERCOLL_STORE=tcp://host:port (or file:///dir), or "
-      "MASTER_ADDR and MASTER_PORT");
+// Slurm without PMIx: the job's first node serves, on MASTER_PORT or a port derived from the job id (so that two
+// jobs sharing a node do not collide), as PyTorch Lightning and others do.
+std::optional<std::string> slurm_address() {
+  auto job = core::env_string("SLURM_JOB_ID");
+  auto nodes = core::env_string("SLURM_STEP_NODELIST");
+  if (!nodes) nodes = core::env_string("SLURM_JOB_NODELIST");
+  if (!job || !nodes) return std::nullopt;
+  auto host = launch::first_host_of(*nodes);
+  if (!host) throw InvalidUsageError("rendezvous_from_env: cannot read Slurm's node list '" + *nodes + "'");
+  int64_t port = core::env_int("MASTER_PORT", 20000 + std::atoll(job->c_str()) % 20000);
+  return *host + ":" + std::to_string(port);
+}
+
+// A port free on `address` now (torch's TCPStore binds it moments later, as torchrun's standalone mode does).
+int free_port(const std::string& address) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  socklen_t length = sizeof sa;
+  bool ok = fd >= 0 && inet_pton(AF_INET, address.c_str(), &sa.sin_addr) == 1 &&
+            ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &length) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw SystemError("launcher_rendezvous_address: no free port on " + address);
+  return ntohs(sa.sin_port);
 }
 
 }  // namespace
 
+std::optional<std::string> launcher_rendezvous_address(int rank, std::chrono::milliseconds timeout) {
+  if (launch::pmix_available()) {
+    return launch::pmix_share_from_rank0("rendezvous", rank, [] {
+      std::string address = launch::reachable_address();
+      return address + ":" + std::to_string(free_port(address));
+    }, timeout);
+  }
+  return slurm_address();
+}
+
 Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
-  int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, "rank");
-  int size = first_int({"HIERCOLL_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, "world size");
+  int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"},
+                       "rank");
+  int size = first_int({"HIERCOLL_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"},
+                       "world size");
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidUsageError("rendezvous_from_env: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
                             " is not a valid pair");
   }
-  std::string url = store_url();
-  std::shared_ptr<Store> store;
-  if (url.rfind(kJobStorePrefix, 0) == 0) {
-    store = std::make_shared<FileStore>(url.substr(7), timeout, /*remove_when_done=*/rank == 0);
-  } else {
-    store = open_store(url, rank, timeout);
+  auto job_store = [&](const std::string& url) { return Rendezvous{rank, size, open_store(url, rank, timeout)}; };
+  if (auto url = core::env_string("HIERCOLL_STORE")) return job_store(*url);
+  auto addr = core::env_string("MASTER_ADDR");
+  auto port = core::env_string("MASTER_PORT");
+  if (addr && port) return job_store("tcp://" + *addr + ":" + *port);
+
+  if (launch::pmix_available()) {
+    // Rank 0 opens the server first and publishes the port it got: no port is guessed, none can collide.
+    std::shared_ptr<Store> server;
+    std::string url = launch::pmix_share_from_rank0("store", rank, [&] {
+      std::string address = launch::reachable_address();
+      auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout);
+      server = store;
+      return "tcp://" + address + ":" + std::to_string(store->port());
+    }, timeout);
+    HIERCOLL_LOG(kInfo, "rendezvous: store " << url << " (published by rank 0 through PMIx)");
+    return rank == 0 ? Rendezvous{rank, size, server} : job_store(url);
   }
-  return {rank, size, std::move(store)};
+  if (auto slurm = slurm_address()) {
+    HIERCOLL_LOG(kInfo, "rendezvous: store tcp://" << *slurm << " (Slurm's first node)");
+    return job_store("tcp://" + *slurm);
+  }
+  // mpirun without PMIx: all ranks on one host share a file store named after the job.
+  for (const char* job : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+    if (auto id = core::env_string(job)) {
+      for (char& c : *id) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return {rank, size, std::make_shared<FileStore>(kJobStorePrefix.substr(7) + *id, timeout, rank == 0)};
+    }
+  }
+  throw InvalidUsageError(
+      "rendezvous_from_env: no rendezvous; set HIERCOLL_STORE=tcp://host:port (or file:///dir), or MASTER_ADDR and "
+      "MASTER_PORT, or launch with mpirun / srun (PMIx)");
 }
 
 Communicator Communicator::from_env(CommOptions options) {

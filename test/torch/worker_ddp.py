@@ -15,7 +15,7 @@ import hiercoll_torch  # noqa: F401
 
 backend, out_path = sys.argv[1], sys.argv[2]
 options = set(filter(None, sys.argv[3].split(","))) if len(sys.argv) > 3 else set()
-dist.init_process_group(backend=backend)
+hiercoll_torch.init_process_group(backend=backend)  # also under mpirun, across emulated nodes
 rank, size = dist.get_rank(), dist.get_world_size()
 
 

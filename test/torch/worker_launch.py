@@ -1,5 +1,7 @@
 """Started by torchrun or mpirun rather than the test's own launcher: joins through the launcher's
 environment and checks an allreduce and an allgather against what every rank knows to expect."""
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -13,5 +15,5 @@ assert torch.equal(t, torch.arange(1000, dtype=torch.float64) * (size * (size + 
 ranks = [torch.empty(1, dtype=torch.int64) for _ in range(size)]
 dist.all_gather(ranks, torch.tensor([rank]))
 assert [int(r) for r in ranks] == list(range(size)), "allgather"
-print(f"rank {rank} of {size} ok", flush=True)
+print(f"rank {rank} of {size} ok, MASTER_ADDR={os.environ['MASTER_ADDR']}", flush=True)
 dist.destroy_process_group()

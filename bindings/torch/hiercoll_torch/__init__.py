@@ -7,6 +7,7 @@ Rendezvous goes through the store torch.distributed makes (env://, tcp://, file:
 mpirun launches work as they do for gloo. Knobs: HIERCOLL_* environment variables (docs/tuning.md).
 """
 import atexit
+import datetime
 import os
 
 import torch
@@ -48,21 +49,30 @@ def allreduce_algorithm(nbytes, group=None):
 
 
 def init_process_group(backend=BACKEND_NAME, **kwargs):
-    """torch.distributed.init_process_group that also understands mpirun's environment.
+    """torch.distributed.init_process_group that also understands mpirun's and Slurm's environment.
 
-    Under mpirun (Open MPI) RANK, WORLD_SIZE and LOCAL_RANK come from OMPI_COMM_WORLD_*; on one node
-    MASTER_ADDR defaults to 127.0.0.1, across nodes pass it (mpirun -x MASTER_ADDR=host). MASTER_PORT
-    defaults to 29500 as in torch. Under torchrun the environment is already complete.
+    Rank, world size and local rank come from torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else Open MPI's
+    OMPI_COMM_WORLD_*, else Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Without MASTER_ADDR, the job agrees
+    on one through its launcher (PMIx under mpirun and srun --mpi=pmix: rank 0 publishes its reachable address and a
+    free port, HIERCOLL_SOCKET_IFNAME picks the interface; Slurm without PMIx: the first node, port MASTER_PORT or
+    20000 + job id % 20000); under mpirun without PMIx on one node it is 127.0.0.1. MASTER_PORT defaults to 29500.
     """
-    mpi = {"RANK": "OMPI_COMM_WORLD_RANK", "WORLD_SIZE": "OMPI_COMM_WORLD_SIZE",
-           "LOCAL_RANK": "OMPI_COMM_WORLD_LOCAL_RANK"}
-    for torch_name, mpi_name in mpi.items():
-        if torch_name not in os.environ and mpi_name in os.environ:
-            os.environ[torch_name] = os.environ[mpi_name]
-    if "MASTER_ADDR" not in os.environ and os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == os.environ.get(
-        "OMPI_COMM_WORLD_SIZE", "-"
-    ):
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
+    launchers = {"RANK": ["OMPI_COMM_WORLD_RANK", "SLURM_PROCID"],
+                 "WORLD_SIZE": ["OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"],
+                 "LOCAL_RANK": ["OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"]}
+    for torch_name, names in launchers.items():
+        for name in names:
+            if torch_name not in os.environ and name in os.environ:
+                os.environ[torch_name] = os.environ[name]
+    if "MASTER_ADDR" not in os.environ and "RANK" in os.environ:
+        timeout = kwargs.get("timeout") or datetime.timedelta(minutes=10)
+        agreed = _C.launcher_rendezvous_address(int(os.environ["RANK"]), timeout)
+        if agreed is not None:
+            host, port = agreed.rsplit(":", 1)
+            os.environ["MASTER_ADDR"] = host
+            os.environ.setdefault("MASTER_PORT", port)  # a hand-set MASTER_PORT wins
+        elif os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == os.environ.get("OMPI_COMM_WORLD_SIZE", "-"):
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ.setdefault("MASTER_PORT", "29500")
     dist.init_process_group(backend=backend, **kwargs)
 

@@ -1,0 +1,133 @@
+#include "launch/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "hiercoll/errors.hpp"
+
+#ifdef HIERCOLL_WITH_PMIX
+#include <pmix.h>
+#endif
+
+namespace hiercoll::launch {
+
+bool pmix_available() {
+#ifdef HIERCOLL_WITH_PMIX
+  return std::getenv("PMIX_NAMESPACE") != nullptr;
+#else
+  return false;
+#endif
+}
+
+#ifdef HIERCOLL_WITH_PMIX
+namespace {
+
+void check_pmix(pmix_status_t rc, const std::string& what) {
+  if (rc == PMIX_SUCCESS) return;
+  std::string text = what + " failed: " + PMIx_Error_string(rc);
+  if (rc == PMIX_ERR_TIMEOUT) throw TimeoutError("PMIx rendezvous: " + text + " (did every rank of the job start?)");
+  throw RemoteError("PMIx rendezvous: " + text);
+}
+
+// PMIx_Init / PMIx_Finalize are reference counted by the library, so this pairs with MPI_Init's own use.
+struct PmixSession {
+  pmix_proc_t me{};
+  PmixSession() { check_pmix(PMIx_Init(&me, nullptr, 0), "PMIx_Init"); }
+  ~PmixSession() { PMIx_Finalize(nullptr, 0); }
+  PmixSession(const PmixSession&) = delete;
+  PmixSession& operator=(const PmixSession&) = delete;
+};
+
+}  // namespace
+#endif
+
+std::string pmix_share_from_rank0(const std::string& key, int rank, const std::function<std::string()>& make_value,
+                                  std::chrono::milliseconds timeout) {
+#ifdef HIERCOLL_WITH_PMIX
+  if (!pmix_available()) throw InvalidUsageError("PMIx rendezvous: this process was not started by a PMIx server");
+  PmixSession session;
+  if (static_cast<int>(session.me.rank) != rank) {
+    throw InvalidUsageError("PMIx rendezvous: the environment says rank " + std::to_string(rank) + " but PMIx says " +
+                            std::to_string(session.me.rank));
+  }
+  const std::string pmix_key = "hiercoll." + key;
+  if (rank == 0) {
+    std::string value = make_value();
+    pmix_value_t v;
+    PMIX_VALUE_LOAD(&v, value.c_str(), PMIX_STRING);
+    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, pmix_key.c_str(), &v);
+    PMIX_VALUE_DESTRUCT(&v);
+    check_pmix(rc, "PMIx_Put");
+    check_pmix(PMIx_Commit(), "PMIx_Commit");
+  }
+  // The fence makes rank 0's value visible to all; bounded so a rank that never comes cannot hang the others.
+  pmix_info_t info[2];
+  bool collect = true;
+  int seconds = static_cast<int>(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+  PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+  PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
+  pmix_status_t rc = PMIx_Fence(nullptr, 0, info, 2);
+  PMIX_INFO_DESTRUCT(&info[0]);
+  PMIX_INFO_DESTRUCT(&info[1]);
+  check_pmix(rc, "PMIx_Fence");
+
+  pmix_proc_t root;
+  PMIX_LOAD_PROCID(&root, session.me.nspace, 0);
+  pmix_value_t* value = nullptr;
+  check_pmix(PMIx_Get(&root, pmix_key.c_str(), nullptr, 0, &value), "PMIx_Get(" + pmix_key + ")");
+  std::unique_ptr<pmix_value_t, void (*)(pmix_value_t*)> owned(value, [](pmix_value_t* v) { PMIX_VALUE_RELEASE(v); });
+  if (value->type != PMIX_STRING || value->data.string == nullptr) {
+    throw RemoteError("PMIx rendezvous: rank 0's " + pmix_key + " is not a string");
+  }
+  return value->data.string;
+#else
+  (void)key, (void)rank, (void)make_value, (void)timeout;
+  throw InvalidUsageError("PMIx rendezvous: hiercoll was built without PMIx (libpmix-dev not found)");
+#endif
+}
+
+std::string reachable_address() {
+  const char* wanted = std::getenv("HIERCOLL_SOCKET_IFNAME");
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "127.0.0.1";
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owned(list, freeifaddrs);
+  for (ifaddrs* it = list; it; it = it->ifa_next) {
+    if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET || !(it->ifa_flags & IFF_UP)) continue;
+    if (wanted ? std::strcmp(it->ifa_name, wanted) != 0 : (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof text);
+    return text;
+  }
+  if (wanted) {
+    throw InvalidUsageError(std::string("HIERCOLL_SOCKET_IFNAME=") + wanted + ": no such interface with an IPv4 address");
+  }
+  return "127.0.0.1";
+}
+
+std::optional<std::string> first_host_of(const std::string& list) {
+  // The first entry ends at the first comma outside brackets; a bracket holds ranges, of which the first counts.
+  size_t end = 0;
+  int depth = 0;
+  for (; end < list.size(); ++end) {
+    if (list[end] == '[') ++depth;
+    if (list[end] == ']') --depth;
+    if (list[end] == ',' && depth == 0) break;
+  }
+  std::string first = list.substr(0, end);
+  auto open = first.find('[');
+  if (open == std::string::npos) return first.empty() ? std::nullopt : std::optional<std::string>(first);
+  auto close = first.find(']', open);
+  if (close == std::string::npos || close + 1 != first.size() || open == 0) return std::nullopt;
+  std::string range = first.substr(open + 1, close - open - 1);
+  std::string low = range.substr(0, range.find_first_of(",-"));  // "07-09,12" -> "07" (zero padding kept)
+  if (low.empty()) return std::nullopt;
+  return first.substr(0, open) + low;
+}
+
+}  // namespace hiercoll::launch

@@ -1,0 +1,32 @@
+#pragma once
+// What the job launcher (mpirun, Slurm's srun, torchrun) tells a process about where to rendezvous, so that
+// Communicator::from_env and hiercoll_torch need no hand-set address across hosts.
+//
+// PMIx is the launcher-neutral way: Open MPI's mpirun and Slurm (srun --mpi=pmix) both run a PMIx server that
+// every process of the job can reach. Rank 0 publishes an address, the job fences, everyone reads it, which is
+// what NCCL users do by hand with MPI_Bcast of the unique id. Built when libpmix is found (HIERCOLL_WITH_PMIX).
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace hiercoll::launch {
+
+/// True when PMIx support is built in and this process was started by a PMIx server (PMIX_NAMESPACE is set).
+bool pmix_available();
+
+/// Every process of the job calls this; rank 0's `make_value()` is what each one returns. Only rank 0 calls
+/// make_value (it may open a server first). Throws TimeoutError if the job's other processes do not fence
+/// within `timeout`, InvalidUsageError if PMIx is not available.
+std::string pmix_share_from_rank0(const std::string& key, int rank, const std::function<std::string()>& make_value,
+                                  std::chrono::milliseconds timeout);
+
+/// An IPv4 address of this host that other hosts can reach: the address of HIERCOLL_SOCKET_IFNAME's interface if set,
+/// else the first interface that is up, not loopback, and has one; else 127.0.0.1 (a single host).
+std::string reachable_address();
+
+/// The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"), as SLURM_STEP_NODELIST /
+/// SLURM_JOB_NODELIST write them; nullopt for an empty or malformed list.
+std::optional<std::string> first_host_of(const std::string& slurm_nodelist);
+
+}  // namespace hiercoll::launch

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs COMMAND with the emulated cluster (scripts/cluster) up, NODES nodes, and takes it down afterwards.
+# Exits 77 (CTest's SKIP_RETURN_CODE) where network namespaces cannot be made (not root, no iproute2).
+#   usage: with_cluster.sh NODES COMMAND...
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+nodes=$1
+shift
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
+  echo "with_cluster: needs root, ip and unshare for network namespaces; skipped"
+  exit 77
+fi
+"$root/scripts/cluster" up "$nodes" || exit 77
+trap '"$root/scripts/cluster" down' EXIT
+"$@"
