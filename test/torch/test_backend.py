@@ -187,3 +187,10 @@ def test_ddp_across_emulated_nodes_matches_gloo(emulated_cluster, tmp_path):
         _mpirun_on_cluster(emulated_cluster, "worker_ddp.py", [backend, tmp_path / backend, ""])
         results[backend] = [torch.load(f"{tmp_path / backend}.{rank}") for rank in range(4)]
     _assert_same_parameters(results["hiercoll"], results["gloo"], 1e-5)
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_disagreeing_and_dead_peers_raise_within_the_timeout(size):
+    outputs = run_ranks(size, "worker_failures.py", env={"HIERCOLL_TIMEOUT_MS": "8000"})
+    assert sum(": 0 problems" in out for out in outputs) == size - 1, outputs
+    assert any("exiting abruptly" in out for out in outputs), outputs
