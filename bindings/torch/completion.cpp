@@ -70,7 +70,7 @@ CompletionThread::CompletionThread() : thread_([this] { run(); }) {
 void CompletionThread::quiesce() {
   std::unique_lock<std::mutex> lock(mutex_);
   quiesced_ = true;
-  idle_.wait(lock, [&] { return !settling_; });
+  idle_.wait(lock, [&] { return !settling_ && completing_ == 0; });
 }
 
 void CompletionThread::quiesce_all() {
@@ -89,7 +89,9 @@ CompletionThread::~CompletionThread() {
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  thread_.join();  // settles every pending call first
+  runner_wake_.notify_all();
+  for (auto& runner : runners_) runner.join();  // after completing what is left
 }
 
 void CompletionThread::add(Pending pending) {
@@ -102,7 +104,9 @@ void CompletionThread::add(Pending pending) {
 
 void CompletionThread::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [&] { return (pending_.empty() && !settling_) || quiesced_; });
+  idle_.wait(lock, [&] {
+    return (pending_.empty() && !settling_ && to_complete_.empty() && completing_ == 0) || quiesced_;
+  });
 }
 
 std::optional<hiercoll::ErrorCode> CompletionThread::first_failure() const {
@@ -110,7 +114,7 @@ std::optional<hiercoll::ErrorCode> CompletionThread::first_failure() const {
   return first_failure_;
 }
 
-void CompletionThread::settle(Pending& pending) {
+std::exception_ptr CompletionThread::settle(Pending& pending) {
   std::exception_ptr error;
   try {
     for (auto& work : pending.works) work.wait();
@@ -124,8 +128,9 @@ void CompletionThread::settle(Pending& pending) {
     error = std::current_exception();
   }
   for (auto& member : pending.members) {
-    settle(member);
-    if (!error) error = member.handle->exception();
+    std::exception_ptr member_error = settle(member);
+    complete_on_runner(member.handle, member_error);
+    if (!error) error = member_error;
   }
   if (!error && pending.finish) {
     try {
@@ -135,7 +140,37 @@ void CompletionThread::settle(Pending& pending) {
     }
   }
   if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()).c_str());
-  pending.handle->complete(error);
+  return error;
+}
+
+void CompletionThread::complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  to_complete_.emplace_back(std::move(handle), std::move(error));
+  if (idle_runners_ == 0 && runners_.size() < kMaxRunners) {
+    runners_.emplace_back([this] { run_runner(); });
+  } else {
+    runner_wake_.notify_one();
+  }
+}
+
+void CompletionThread::run_runner() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    ++idle_runners_;
+    runner_wake_.wait(lock, [&] { return !to_complete_.empty() || (stopping_ && pending_.empty()) || quiesced_; });
+    --idle_runners_;
+    if (quiesced_ || to_complete_.empty()) return;  // exiting, or stopped with nothing left
+    auto [handle, error] = std::move(to_complete_.front());
+    to_complete_.pop_front();
+    ++completing_;
+    lock.unlock();
+    handle->complete(error);  // runs the future's callbacks, which may block on later Works
+    handle.reset();           // the last reference to the future and its callbacks may go here
+    error = nullptr;
+    lock.lock();
+    --completing_;
+    idle_.notify_all();
+  }
 }
 
 void CompletionThread::run() {
@@ -163,8 +198,8 @@ void CompletionThread::run() {
     if (!finished.empty()) {
       settling_ = true;
       lock.unlock();
-      for (auto& p : finished) settle(p);
-      finished.clear();  // the last references to futures and their callbacks go here, still "settling"
+      for (auto& p : finished) complete_on_runner(p.handle, settle(p));
+      finished.clear();
       lock.lock();
       settling_ = false;
       idle_.notify_all();  // quiesce() and drain() wait for this

@@ -43,6 +43,11 @@ class WorkHiercoll : public c10d::Work {
 /// One thread per process group that turns finished hiercoll operations into completed c10d Works.
 /// hiercoll's Work has no callbacks, and a collective must not be held up behind an earlier recv that is
 /// still waiting for its sender, so the thread watches every pending call rather than the oldest only.
+///
+/// Completing a Work's future runs its callbacks (DDP comm hooks' `then`), and a callback may issue a collective
+/// and wait for it (PowerSGD's hook does). So futures are completed on runner threads, never on the watching
+/// thread, and a runner is added whenever none is idle: a callback blocked on a later Work cannot stop that Work
+/// from completing (gloo's several worker threads give it the same property).
 class CompletionThread {
  public:
   struct Pending {
@@ -71,7 +76,10 @@ class CompletionThread {
 
  private:
   void run();
-  void settle(Pending& pending);
+  /// Copies results out and says how the call ended; the watching thread calls it. `complete` is for a runner.
+  std::exception_ptr settle(Pending& pending);
+  void complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error);
+  void run_runner();
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -81,6 +89,13 @@ class CompletionThread {
   bool settling_ = false;  // inside settle(), outside the lock
   bool quiesced_ = false;  // exit has begun: settle nothing more
   std::condition_variable idle_;
+  // Runners: futures to complete, the threads completing them, how many wait for work and how many run one.
+  static constexpr size_t kMaxRunners = 64;
+  std::deque<std::pair<c10::intrusive_ptr<WorkHiercoll>, std::exception_ptr>> to_complete_;
+  std::vector<std::thread> runners_;
+  size_t idle_runners_ = 0;
+  size_t completing_ = 0;
+  std::condition_variable runner_wake_;
   std::thread thread_;
 };
 

@@ -26,7 +26,8 @@ def test_bad_input_raises_and_group_survives(size):
 
 @pytest.mark.parametrize("size,options", [(2, ""), (4, ""), (2, "fp16"), (4, "allreduce"),
                                           (2, "static_graph"), (4, "find_unused"), (2, "bucket_view"),
-                                          (4, "static_graph,bucket_view,allreduce")])
+                                          (4, "static_graph,bucket_view,allreduce"), (2, "powersgd"),
+                                          (4, "powersgd")])
 def test_ddp_training_matches_gloo(size, options, tmp_path):
     ours = _final_parameters(size, "worker_ddp.py", "hiercoll", tmp_path, [options])
     gloo = _final_parameters(size, "worker_ddp.py", "gloo", tmp_path, [options])

@@ -1,7 +1,8 @@
 """DDP training of a small model for 20 steps; writes the final parameters of this rank to argv[2].
 argv[1]: the backend. argv[3] (optional): comma-separated options: a comm hook ("fp16", "allreduce"),
 "static_graph", "find_unused" (a branch that only some steps use), "bucket_view"
-(gradient_as_bucket_view)."""
+(gradient_as_bucket_view), "powersgd" (PowerSGD's hook, whose future callbacks issue collectives and wait for them;
+one bucket, as the hook's callbacks on several buckets race with backward on CPU backends)."""
 import os
 import sys
 
@@ -9,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hiercoll_torch  # noqa: F401
@@ -39,12 +41,15 @@ if rank != 0:
         for p in model.parameters():
             p.add_(1.0)  # DDP's initial broadcast must undo this
 # Small buckets so several allreduces overlap with backward.
-ddp = DDP(model, bucket_cap_mb=0.01, static_graph="static_graph" in options,
+ddp = DDP(model, bucket_cap_mb=25 if "powersgd" in options else 0.01, static_graph="static_graph" in options,
           find_unused_parameters="find_unused" in options, gradient_as_bucket_view="bucket_view" in options)
 if "fp16" in options:
     ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
 elif "allreduce" in options:
     ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
+elif "powersgd" in options:
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=3)
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
 
