@@ -35,14 +35,19 @@ void check_pmix(pmix_status_t rc, const std::string& what) {
   throw RemoteError("PMIx rendezvous: " + text);
 }
 
-// PMIx_Init / PMIx_Finalize are reference counted by the library, so this pairs with MPI_Init's own use.
-struct PmixSession {
-  pmix_proc_t me{};
-  PmixSession() { check_pmix(PMIx_Init(&me, nullptr, 0), "PMIx_Init"); }
-  ~PmixSession() { PMIx_Finalize(nullptr, 0); }
-  PmixSession(const PmixSession&) = delete;
-  PmixSession& operator=(const PmixSession&) = delete;
-};
+// Initialised once and finalised at exit: PMIx cannot be initialised again in a process once finalised, and Open
+// MPI's MPI_Init, which may come after us (the ALBERT trainer's MPI baseline), initialises it too. PMIx counts
+// initialisations, so ours keeps the library up until exit, after MPI_Finalize; and the launcher wants every
+// process that initialised to finalise (mpirun reports an "improper" exit otherwise).
+const pmix_proc_t& pmix_self() {
+  static const pmix_proc_t self = [] {
+    pmix_proc_t me{};
+    check_pmix(PMIx_Init(&me, nullptr, 0), "PMIx_Init");
+    std::atexit([] { PMIx_Finalize(nullptr, 0); });
+    return me;
+  }();
+  return self;
+}
 
 }  // namespace
 #endif
@@ -51,10 +56,10 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
                                   std::chrono::milliseconds timeout) {
 #ifdef HIERCOLL_WITH_PMIX
   if (!pmix_available()) throw InvalidUsageError("PMIx rendezvous: this process was not started by a PMIx server");
-  PmixSession session;
-  if (static_cast<int>(session.me.rank) != rank) {
+  const pmix_proc_t& me = pmix_self();
+  if (static_cast<int>(me.rank) != rank) {
     throw InvalidUsageError("PMIx rendezvous: the environment says rank " + std::to_string(rank) + " but PMIx says " +
-                            std::to_string(session.me.rank));
+                            std::to_string(me.rank));
   }
   const std::string pmix_key = "hiercoll." + key;
   if (rank == 0) {
@@ -78,7 +83,7 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
   check_pmix(rc, "PMIx_Fence");
 
   pmix_proc_t root;
-  PMIX_LOAD_PROCID(&root, session.me.nspace, 0);
+  PMIX_LOAD_PROCID(&root, me.nspace, 0);
   pmix_value_t* value = nullptr;
   check_pmix(PMIx_Get(&root, pmix_key.c_str(), nullptr, 0, &value), "PMIx_Get(" + pmix_key + ")");
   std::unique_ptr<pmix_value_t, void (*)(pmix_value_t*)> owned(value, [](pmix_value_t* v) { PMIX_VALUE_RELEASE(v); });
