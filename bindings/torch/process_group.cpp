@@ -594,28 +594,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
   return issue("recv", [&] {
-    at::Tensor t = single(tensors, "recv");
     check_rank(src_rank, size_, "source rank", "recv");
-    TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
-    at::Tensor h = host(t);
-    auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), src_rank, static_cast<uint32_t>(tag));
-    auto handle = submit(c10d::OpType::RECV, {work}, tensors, [t, h] { write_back(t, h); });
-    static_cast<WorkHiercoll&>(*handle).set_receive(work);
-    return handle;
+    return receive(tensors, src_rank, tag, c10d::OpType::RECV);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   return issue("recv", [&] {
-    at::Tensor t = single(tensors, "recv");
-    TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
-    at::Tensor h = host(t);
-    auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), hiercoll::Communicator::kAnySource,
-                           static_cast<uint32_t>(tag));
-    auto handle = submit(c10d::OpType::RECVANYSOURCE, {work}, tensors, [t, h] { write_back(t, h); });
-    static_cast<WorkHiercoll&>(*handle).set_receive(work);
-    return handle;
+    return receive(tensors, hiercoll::Communicator::kAnySource, tag, c10d::OpType::RECVANYSOURCE);
   });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::receive(std::vector<at::Tensor>& tensors, int peer, int tag,
+                                                             c10d::OpType type) {
+  at::Tensor t = single(tensors, "recv");
+  TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
+  at::Tensor h = host(t);
+  auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), peer, static_cast<uint32_t>(tag));
+  auto handle = submit(type, {work}, tensors, [t, h] { write_back(t, h); });
+  static_cast<WorkHiercoll&>(*handle).set_receive(work);  // sourceRank() names the sender
+  return handle;
 }
 
 // ---- Coalescing ------------------------------------------------------------------------------------------

@@ -115,6 +115,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   // Point-to-point exchanges inside one collective (alltoall, gather, scatter) on a tag users cannot pick.
   std::vector<hiercoll::Work> exchange(const std::vector<at::Tensor>& to_peer,
                                        const std::vector<at::Tensor>& from_peer);
+  // A receive from `peer` (or kAnySource) whose Work knows its sender.
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int peer, int tag, c10d::OpType type);
   // Every rank's input to parts[i] on root (parts empty elsewhere); the Work's result() is `result`.
   c10::intrusive_ptr<c10d::Work> gather_to_root(const at::Tensor& input, std::vector<at::Tensor> parts, int root,
                                                 std::vector<at::Tensor> result);
