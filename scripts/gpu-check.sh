@@ -29,8 +29,9 @@ run() {
   local out=${OUT:-gpu-out} root=$PWD/$debs/root
   mkdir -p "$out" "$root"
   for deb in "$debs"/*.deb; do dpkg -x "$deb" "$root"; done
-  # Debian's .pc files say prefix=/usr: the sysroot makes pkg-config point into the unpacked tree.
-  export PKG_CONFIG_PATH=$root/usr/lib/x86_64-linux-gnu/pkgconfig:$root/usr/share/pkgconfig
+  # Debian's .pc files say prefix=/usr: the sysroot makes pkg-config point into the unpacked tree. LIBDIR, not
+  # PATH: the sysroot would also be prefixed to the machine's own .pc files (its pmix.pc made CMake fail).
+  export PKG_CONFIG_LIBDIR=$root/usr/lib/x86_64-linux-gnu/pkgconfig:$root/usr/share/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=$root
   export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PATH=$root/usr/bin:$PATH  # spm_encode for the ALBERT trainer
@@ -52,6 +53,7 @@ run() {
   }
   nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
   { g++ --version | head -1; env | grep -E '^(LD|C|CXX|CUDA)FLAGS=' || true; } > "$out/toolchain.txt"
+  rm -f $build/CMakeCache.txt  # a warm machine keeps build-gpu: find everything afresh, build incrementally
   cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIERCOLL_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$root/usr" \
         -DHIERCOLL_WITH_TORCH="${WITH_TORCH:-ON}" > "$out/configure.txt" 2>&1
   if ! timeout 300 cmake --build $build -j "$(nproc)" > "$out/build.txt" 2>&1; then
