@@ -4,6 +4,7 @@
 #
 #   scripts/gpu-check.sh prepare   here (Debian, network): download the .deb files into .debs/, and the ALBERT
 #                                  trainer's corpus (it needs Debian's bible-kjv) as .debs/kjv.txt
+#   scripts/gpu-check.sh hf        on the GPU machine: only the Hugging Face ALBERT trainer (step 6 of run)
 #   scripts/gpu-check.sh run       on the GPU machine (carry .debs): build with HIERCOLL_WITH_CUDA=ON, run the
 #                                  CUDA tests (C++ and torch), the kernel bandwidth benchmark and allreduce_perf
 #                                  on device buffers (hiercoll and NCCL); results under ${OUT:-gpu-out}
@@ -25,8 +26,9 @@ prepare() {
   ls -1 "$debs"/*.deb | wc -l | xargs echo "gpu-check: .deb files in $debs:"
 }
 
-run() {
-  local out=${OUT:-gpu-out} root=$PWD/$debs/root
+# Unpacks .debs and points the build at it; defines note/step; sets out, build, status.
+setup() {
+  out=${OUT:-gpu-out} root=$PWD/$debs/root status=0 build=build-gpu
   mkdir -p "$out" "$root"
   for deb in "$debs"/*.deb; do dpkg -x "$deb" "$root"; done
   # Debian's .pc files say prefix=/usr: the sysroot makes pkg-config point into the unpacked tree. LIBDIR, not
@@ -37,7 +39,6 @@ run() {
   export PATH=$root/usr/bin:$PATH  # spm_encode for the ALBERT trainer
   export FI_PROVIDER_PATH=$root/usr/lib/x86_64-linux-gnu/libfabric
   export HIERCOLL_FABRIC_PROVIDER=tcp HIERCOLL_FABRIC_IFACE=lo
-  local status=0 build=build-gpu
   note() { echo "gpu-check: $*" | tee -a "$out/summary.txt"; }
   # step NAME SECONDS COMMAND...: runs with a time limit (nothing may eat the device's 10-minute call), logs to
   # $out/NAME.txt, notes the outcome.
@@ -51,11 +52,39 @@ run() {
     else note "$name FAILED, exit $rc (see $name.txt)"; status=1; fi
     return 0
   }
-  nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
-  { g++ --version | head -1; env | grep -E '^(LD|C|CXX|CUDA)FLAGS=' || true; } > "$out/toolchain.txt"
   rm -f $build/CMakeCache.txt  # a warm machine keeps build-gpu: find everything afresh, build incrementally
   cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHIERCOLL_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$root/usr" \
         -DHIERCOLL_WITH_TORCH="${WITH_TORCH:-ON}" > "$out/configure.txt" 2>&1
+}
+
+# The Hugging Face ALBERT trainer (examples/albert_hf) on the GPU: ALBERT-base, bf16, one rank per GPU, hiercoll
+# beside NCCL (alternated twice), then Hugging Face's Trainer on a hiercoll group.
+hf_albert() {
+  local py backend round gpus
+  py=$(sed -n 's/^-- hiercoll_torch: building for torch .* with //p' "$out/configure.txt" | tail -1)
+  gpus=$(nvidia-smi -L | wc -l)
+  [ -n "$py" ] || { note "torch binding not configured: Hugging Face ALBERT not run"; status=1; return 0; }
+  local run=(env PYTHONPATH=$PWD/$build/python OMP_NUM_THREADS=4 "$py" -m torch.distributed.run
+             --nproc-per-node "$gpus" --master-port 29533)
+  local common=(--corpus "$debs/kjv.txt" --tokenizer "$out/hf-tokenizer" --device cuda --amp bf16
+                --config base --batch 32 --steps "${HF_STEPS:-150}" --log-every 50 --num-workers 4)
+  for round in 1 2; do
+    for backend in hiercoll nccl; do
+      step "albert_hf_${backend}_$round" 150 "${run[@]}" examples/albert_hf/train.py "${common[@]}" \
+        --backend $backend --out "$out/hf-$backend-$round"
+      grep -h '"summary": true' "$out/albert_hf_${backend}_$round.txt" | tee -a "$out/summary.txt" || true
+    done
+  done
+  step albert_hf_trainer 150 "${run[@]}" examples/albert_hf/train_trainer.py --corpus "$debs/kjv.txt" \
+    --tokenizer "$out/hf-tokenizer" --device cuda --config base --batch 32 --steps 60 --backend hiercoll \
+    --out "$out/hf-trainer"
+  grep -h '"summary": true' "$out/albert_hf_trainer.txt" | cut -c1-200 | tee -a "$out/summary.txt" || true
+}
+
+run() {
+  setup
+  nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+  { g++ --version | head -1; env | grep -E '^(LD|C|CXX|CUDA)FLAGS=' || true; } > "$out/toolchain.txt"
   if ! timeout 300 cmake --build $build -j "$(nproc)" > "$out/build.txt" 2>&1; then
     note "full build FAILED (see build.txt); building the GPU checks alone"
     status=1
@@ -121,11 +150,17 @@ sys.exit(0 if all(' 0 failed' in out for out in outputs) else 1)"
   else
     note "albert_mlm not built or no corpus in $debs: ALBERT step not run"
   fi
+  # 6. The Hugging Face trainer.
+  hf_albert
   return $status
 }
 
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: scripts/gpu-check.sh prepare|run" >&2; exit 2 ;;
+  hf) setup
+      timeout 300 cmake --build $build -j "$(nproc)" --target hiercoll_torch_ext > "$out/build.txt" 2>&1 ||
+        note "torch binding build FAILED (see build.txt)"
+      hf_albert; exit $status ;;
+  *) echo "usage: scripts/gpu-check.sh prepare|run|hf" >&2; exit 2 ;;
 esac

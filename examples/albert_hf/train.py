@@ -1,0 +1,254 @@
+"""ALBERT masked-LM pretraining with Hugging Face transformers, data-parallel with DDP over --backend.
+
+    # 2 ranks on this host (torchrun's variables; mpirun and srun work too, see README.md)
+    torchrun --nproc-per-node 2 examples/albert_hf/train.py --corpus kjv.txt --backend hiercoll --steps 300
+
+The model is transformers' AlbertForMaskedLM built from an AlbertConfig (nothing downloaded); the tokenizer a
+SentencePiece model trained on the corpus, loaded as AlbertTokenizer. One JSON object per log line on stdout (rank 0)
+and in OUT/log.jsonl; the last line has "summary": true.
+"""
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from transformers import AlbertConfig, AlbertForMaskedLM, get_linear_schedule_with_warmup
+
+import albert_data
+import comm
+from lamb import Lamb
+
+CONFIGS = {
+    # ALBERT-base (Lan et al., 2019): factorised embedding E=128, H=768, one layer shared 12 times.
+    "base": dict(embedding_size=128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072),
+    # The same shape scaled down for CPUs (as examples/albert_mlm's tiny).
+    "tiny": dict(embedding_size=128, hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
+                 intermediate_size=512),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    p.add_argument("--corpus", required=True, help="text, one document per line")
+    p.add_argument("--tokenizer", help="directory of the SentencePiece model (spiece.model); trained on the corpus "
+                                       "if missing (default OUT/tokenizer-VOCAB)")
+    p.add_argument("--vocab-size", type=int, default=4000)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=16, help="sequences per rank and micro-step")
+    p.add_argument("--accum", type=int, default=1, help="micro-steps per optimizer step (gradient accumulation)")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps")
+    p.add_argument("--examples", type=int, help="train on this many sequences in all, whatever the number of "
+                                                "ranks (sets --steps; the seeds' same-examples-at-every-scale rule)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default 1e-2 for LAMB, 1e-3 for AdamW)")
+    p.add_argument("--warmup", type=float, default=0.1, help="warm-up: a fraction of the steps, or steps if >= 1")
+    p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--backend", choices=comm.BACKENDS, default="hiercoll")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (bucket_cap_mb)")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (0: the training one)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--amp", choices=["none", "bf16"], default="none", help="bf16 autocast (CUDA)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="albert-hf-out", help="log, tokenizer, checkpoint")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: at the end)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if present")
+    p.add_argument("--stop-after", type=int, help="leave with a checkpoint after this step, as a preempted job would")
+    p.add_argument("--label", default="", help="free text copied into the summary (the study names its runs)")
+    args = p.parse_args(argv)
+    for name in ("batch", "accum", "steps", "seq_len", "vocab_size", "log_every", "threads"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    if args.lr is None:
+        args.lr = 1e-2 if args.optimizer == "lamb" else 1e-3
+    if args.num_workers < 0:
+        raise SystemExit("--num-workers must be 0 or more")
+    if args.amp != "none" and args.device != "cuda":
+        raise SystemExit("--amp bf16 is for --device cuda")
+    return args
+
+
+def build_model(name, vocab_size, seq_len):
+    config = AlbertConfig(vocab_size=vocab_size, max_position_embeddings=max(512, seq_len),
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **CONFIGS[name])
+    return AlbertForMaskedLM(config)
+
+
+def make_optimizer(args, model):
+    # No weight decay on biases and LayerNorm, as BERT and ALBERT.
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim == 1 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if args.optimizer == "lamb":
+        return Lamb(groups, lr=args.lr)
+    return torch.optim.AdamW(groups, lr=args.lr, eps=1e-6)
+
+
+class Log:
+    """JSON lines on rank 0's stdout and in OUT/log.jsonl."""
+
+    def __init__(self, path, enabled):
+        self.file = open(path, "a" if os.path.exists(path) else "w") if enabled else None
+
+    def write(self, **record):
+        if self.file is None:
+            return
+        line = json.dumps(record)
+        print(line, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+
+def train(args):
+    torch.set_num_threads(args.threads)
+    averager = comm.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.device == "cuda":
+        torch.cuda.set_device(comm.local_rank())
+    device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
+    os.makedirs(args.out, exist_ok=True)
+    log = Log(os.path.join(args.out, "log.jsonl"), rank == 0)
+
+    # Rank 0 trains the tokenizer if there is none yet; the others wait for it.
+    tokenizer_dir = args.tokenizer or os.path.join(args.out, f"tokenizer-{args.vocab_size}")
+    if rank == 0:
+        tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
+    dist.barrier()
+    if rank != 0:
+        tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
+    # ~1.5 tokens a word at a 4000-piece vocabulary: segments fill most of --seq-len.
+    segments = albert_data.read_segments(args.corpus, max(4, int(args.seq_len * 0.6)))
+
+    torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
+    model = build_model(args.config, len(tokenizer), args.seq_len).to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_mb,
+              gradient_as_bucket_view=True)
+    ddp.register_comm_hook(averager, comm.averaging_hook)
+    optimizer = make_optimizer(args, model)
+
+    per_step = args.batch * world * args.accum
+    steps = math.ceil(args.examples / per_step) if args.examples else args.steps
+    warmup = int(args.warmup) if args.warmup >= 1 else int(args.warmup * steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, steps)
+
+    start = 0
+    checkpoint_path = os.path.join(args.out, "checkpoint.pt")
+    if args.resume and os.path.exists(checkpoint_path):
+        start = load_checkpoint(checkpoint_path, args, world, model, optimizer, scheduler)
+
+    loader = torch.utils.data.DataLoader(
+        albert_data.Segments(segments, tokenizer, args.seq_len),
+        batch_sampler=albert_data.ShardedBatches(len(segments), args.batch, rank, world, args.seed,
+                                                 start=start * args.accum),
+        collate_fn=albert_data.SeededMasking(tokenizer, args.seed, rank),
+        num_workers=args.num_workers, pin_memory=device.type == "cuda")
+    batches = iter(loader)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if args.amp == "bf16" else contextlib.nullcontext()
+    parameters = sum(p.numel() for p in model.parameters())
+
+    # Per-interval sums, averaged over the ranks when logged: loss, correct predictions, predictions, micro-steps.
+    sums = torch.zeros(4, dtype=torch.float64)
+    interval = {"t": time.perf_counter(), "comm": 0.0, "data": 0.0, "steps": 0}
+    # Throughput is timed from the end of the first step (start-up and the loader's first batches excluded).
+    timed = {"t": None, "steps": 0, "comm": 0.0, "data": 0.0}
+    last_loss = float("nan")
+    for step in range(start, steps):
+        comm_wait = data_wait = 0.0
+        for micro in range(args.accum):
+            t0 = time.perf_counter()
+            batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+            data_wait += time.perf_counter() - t0
+            last = micro == args.accum - 1
+            with (contextlib.nullcontext() if last else ddp.no_sync()), amp:
+                out = ddp(**batch)
+                loss = out.loss / args.accum
+            loss.backward()
+            if last:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                comm_wait = averager.exposed_wait(time.perf_counter())
+            with torch.no_grad():
+                masked = batch["labels"] != -100
+                correct = (out.logits.argmax(-1)[masked] == batch["labels"][masked]).sum()
+                sums += torch.stack([out.loss.detach().double().cpu(), correct.double().cpu(),
+                                     masked.sum().double().cpu(), torch.tensor(1.0, dtype=torch.float64)])
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        interval["comm"] += comm_wait
+        interval["data"] += data_wait
+        interval["steps"] += 1
+        if timed["t"] is None:
+            timed["t"] = time.perf_counter()
+        else:
+            timed["steps"] += 1
+            timed["comm"] += comm_wait
+            timed["data"] += data_wait
+
+        if (step + 1) % args.log_every == 0 or step + 1 == steps:
+            totals = sums.to(device)
+            dist.all_reduce(totals)
+            totals = totals.cpu()
+            elapsed = time.perf_counter() - interval["t"]
+            last_loss = (totals[0] / totals[3]).item()
+            log.write(step=step + 1, loss=round(last_loss, 6), mlm_accuracy=round((totals[1] / totals[2]).item(), 5),
+                      lr=scheduler.get_last_lr()[0], samples_per_s=round(interval["steps"] * per_step / elapsed, 2),
+                      comm_wait_s=round(interval["comm"], 4), data_wait_s=round(interval["data"], 4))
+            sums.zero_()
+            interval = {"t": time.perf_counter(), "comm": 0.0, "data": 0.0, "steps": 0}
+        done = step + 1 == steps or (args.stop_after is not None and step + 1 >= args.stop_after)
+        if done or (args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
+            save_checkpoint(checkpoint_path, args, world, step + 1, model, optimizer, scheduler)
+        if done:
+            break
+
+    seconds = time.perf_counter() - timed["t"] if timed["t"] is not None else 0.0
+    log.write(summary=True, backend=averager.name, label=args.label, ranks=world, config=args.config,
+              parameters=parameters, steps=step + 1, global_batch=per_step, examples=(step + 1 - start) * per_step,
+              num_workers=args.num_workers, final_loss=round(last_loss, 6),
+              samples_per_s=round(timed["steps"] * per_step / seconds, 3) if timed["steps"] else None,
+              comm_wait_s=round(timed["comm"], 4), data_wait_s=round(timed["data"], 4), seconds=round(seconds, 3))
+    del batches  # stops the loader's workers before the group goes
+    dist.destroy_process_group()
+
+
+# What must match for a checkpoint to continue the same run: the data order and masks depend on these.
+RESUME_KEYS = ("config", "batch", "accum", "seed", "seq_len", "vocab_size", "optimizer")
+
+
+def save_checkpoint(path, args, world, step, model, optimizer, scheduler):
+    if dist.get_rank() == 0:
+        state = {"step": step, "world": world, "args": {k: getattr(args, k) for k in RESUME_KEYS},
+                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)  # a crash mid-write leaves the previous checkpoint
+    dist.barrier()
+
+
+def load_checkpoint(path, args, world, model, optimizer, scheduler):
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    saved = dict(state["args"], world=state["world"])
+    wanted = dict({k: getattr(args, k) for k in RESUME_KEYS}, world=world)
+    differ = {k: (saved[k], wanted[k]) for k in wanted if saved.get(k) != wanted[k]}
+    if differ:
+        raise SystemExit(f"{path} was written by a different run ({differ}, as (checkpoint, now)): it cannot be "
+                         "continued exactly; start afresh or use the same settings")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return state["step"]
+
+
+if __name__ == "__main__":
+    train(parse_args())
+    sys.exit(0)

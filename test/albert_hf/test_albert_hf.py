@@ -1,0 +1,142 @@
+"""The Hugging Face ALBERT trainers (examples/albert_hf) on 2 ranks of this host: the loss falls, hiercoll, gloo and
+Open MPI give the same loss curve from the same seed, a resumed run continues the uninterrupted one exactly, and
+Hugging Face's Trainer trains on a hiercoll group."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLE = os.path.join(ROOT, "examples", "albert_hf")
+SMALL = ["--seq-len", "64", "--batch", "8"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env():
+    return dict(os.environ, HIERCOLL_FABRIC_PROVIDER="tcp", HIERCOLL_FABRIC_IFACE="lo", HIERCOLL_TIMEOUT_MS="120000",
+                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The default corpus (Debian's King James Bible), made by prepare-corpus unless the build or gpu-check has it."""
+    for path in [os.environ.get("ALBERT_CORPUS", ""), os.path.join(ROOT, "build", "data", "kjv.txt"),
+                 os.path.join(ROOT, ".debs", "kjv.txt")]:
+        if path and os.path.exists(path):
+            return path
+    out = tmp_path_factory.mktemp("corpus") / "kjv.txt"
+    subprocess.run([os.path.join(ROOT, "examples", "albert_mlm", "prepare-corpus"), str(out)], check=True)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory, corpus):
+    """One tokenizer for every run (trained by the first)."""
+    return str(tmp_path_factory.mktemp("tokenizer") / "spm")
+
+
+def torchrun(script, args, ranks=2, timeout=600):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
+           str(free_port()), os.path.join(EXAMPLE, script), *map(str, args)]
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def records(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    return [r for r in lines if not r.get("summary")], [r for r in lines if r.get("summary")]
+
+
+def train(out_dir, corpus, tokenizer, backend, *extra):
+    torchrun("train.py", ["--corpus", corpus, "--tokenizer", tokenizer, "--out", out_dir, "--backend", backend,
+                          "--log-every", "1", *SMALL, *extra])
+    return records(out_dir)
+
+
+def curve(steps):
+    return torch.tensor([r["loss"] for r in steps], dtype=torch.float64)
+
+
+def test_loss_falls_and_hiercoll_matches_gloo(tmp_path, corpus, tokenizer):
+    runs = {b: train(str(tmp_path / b), corpus, tokenizer, b, "--steps", "200") for b in ["hiercoll", "gloo"]}
+    hiercoll, gloo = curve(runs["hiercoll"][0]), curve(runs["gloo"][0])
+    assert len(hiercoll) == 200 and len(gloo) == 200
+    assert hiercoll[:10].mean() - hiercoll[-10:].mean() > 1.0, hiercoll
+    torch.testing.assert_close(hiercoll, gloo, rtol=1e-4, atol=0)
+    summary = runs["hiercoll"][1][-1]
+    assert summary["backend"] == "hiercoll" and summary["ranks"] == 2 and summary["steps"] == 200
+    assert summary["samples_per_s"] > 0 and summary["comm_wait_s"] >= 0
+
+
+def test_resume_continues_the_uninterrupted_run(tmp_path, corpus, tokenizer):
+    whole, _ = train(str(tmp_path / "whole"), corpus, tokenizer, "hiercoll", "--steps", "30")
+    parts = str(tmp_path / "parts")
+    train(parts, corpus, tokenizer, "hiercoll", "--steps", "30", "--stop-after", "12")
+    # Resumed with loader workers: the batches and masks do not depend on who makes them.
+    resumed, _ = train(parts, corpus, tokenizer, "hiercoll", "--steps", "30", "--resume", "--num-workers", "2")
+    assert [r["step"] for r in resumed] == list(range(1, 13)) + list(range(13, 31))
+    torch.testing.assert_close(curve(resumed), curve(whole), rtol=1e-6, atol=0)
+    a = torch.load(os.path.join(tmp_path / "whole", "checkpoint.pt"), weights_only=False)["model"]
+    b = torch.load(os.path.join(parts, "checkpoint.pt"), weights_only=False)["model"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, corpus, tokenizer):
+    out = str(tmp_path / "run")
+    train(out, corpus, tokenizer, "hiercoll", "--steps", "4")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           os.path.join(EXAMPLE, "train.py"), "--corpus", corpus, "--tokenizer", tokenizer, "--out", out,
+           "--steps", "8", "--resume", "--seq-len", "64", "--batch", "4"]
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "different run" in proc.stderr and "'batch': (8, 4)" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun")
+def test_open_mpi_averaging_matches_hiercoll(tmp_path, corpus, tokenizer):
+    """--backend mpi: gradients summed by Open MPI's MPI_Allreduce (mpi4py) from the DDP hook."""
+    steps = {}
+    for backend in ["mpi", "hiercoll"]:
+        out = str(tmp_path / backend)
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl", "self,tcp",
+               "--mca", "btl_tcp_if_include", "lo", "-x", "HIERCOLL_SOCKET_IFNAME=lo", sys.executable,
+               os.path.join(EXAMPLE, "train.py"), "--corpus", corpus, "--tokenizer", tokenizer, "--out", out,
+               "--backend", backend, "--steps", "30", "--log-every", "1", *SMALL]
+        # stdin closed: mpirun forwards it to rank 0, and reading a terminal from the background stops the job.
+        proc = subprocess.run(cmd, env=env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        steps[backend], summaries = records(out)
+        assert summaries[-1]["backend"].startswith(backend)
+    torch.testing.assert_close(curve(steps["mpi"]), curve(steps["hiercoll"]), rtol=1e-4, atol=0)
+
+
+def test_hugging_face_trainer_trains_on_a_hiercoll_group(tmp_path, corpus, tokenizer):
+    summaries, weights = {}, {}
+    for backend in ["hiercoll", "gloo"]:
+        out = str(tmp_path / backend)
+        stdout = torchrun("train_trainer.py", ["--corpus", corpus, "--tokenizer", tokenizer, "--out", out,
+                                               "--backend", backend, "--steps", "40", "--save-model", *SMALL])
+        summaries[backend] = [json.loads(line) for line in stdout.splitlines() if '"summary"' in line][-1]
+        weights[backend] = [torch.load(os.path.join(out, f"weights.{r}.pt")) for r in range(2)]
+    ours = summaries["hiercoll"]
+    # Trainer wrapped the model in DDP over the group made before it: hiercoll's.
+    assert ours["ddp"] == "DistributedDataParallel" and ours["group_backend"] == "hiercoll", ours
+    assert ours["steps"] == 40 and ours["losses"][0] - min(ours["losses"][-5:]) > 1.0, ours
+    torch.testing.assert_close(torch.tensor(ours["losses"]), torch.tensor(summaries["gloo"]["losses"]), rtol=1e-4,
+                               atol=0)
+    for name, value in weights["hiercoll"][0].items():
+        torch.testing.assert_close(weights["hiercoll"][1][name], value, msg=name)  # replicas agree
+        torch.testing.assert_close(value, weights["gloo"][0][name], rtol=1e-4, atol=1e-5, msg=name)
