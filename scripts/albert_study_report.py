@@ -17,7 +17,7 @@ def load(path):
     with open(path) as f:
         for line in f:
             r = json.loads(line)
-            runs[(r["nodes"], r["requested_backend"], r["workers"])].append(r)
+            runs[(r.get("link", "-"), r["nodes"], r["requested_backend"], r["workers"])].append(r)
     # Each cell: the run with the median throughput (REPEATS > 1 alternates backends, noise is large here).
     cells = {}
     for key, rs in runs.items():
@@ -32,6 +32,109 @@ def table(header, rows):
     return "\n".join(lines)
 
 
+def fmt(x, spec=".1f"):
+    return "–" if x is None else format(x, spec)
+
+
+class Study:
+    """The cells of one link rate."""
+
+    def __init__(self, cells, link):
+        self.cells = {k[1:]: v for k, v in cells.items() if k[0] == link}
+        self.link = link
+        self.nodes = sorted({n for n, _, _ in self.cells})
+        self.backends = [b for b in NAMES if any(k[1] == b for k in self.cells)]
+
+    def rate(self, n, b, w=0):
+        c = self.cells.get((n, b, w))
+        return c["samples_per_s"] if c else None
+
+    def efficiency(self, n, b):
+        t, t1 = self.rate(n, b), self.rate(self.nodes[0], b)
+        return t / ((n / self.nodes[0]) * t1) if t and t1 else None
+
+    def throughput_table(self):
+        any_cell = lambda n: next(c for (m, _, w), c in self.cells.items() if m == n and w == 0)
+        return table(["nodes", "ranks", "global batch", "steps"] + [f"{NAMES[b]} samples/s" for b in self.backends]
+                     + [f"{NAMES[b]} comm wait ms/step" for b in self.backends],
+                     [[n, any_cell(n)["ranks"], any_cell(n)["global_batch"], any_cell(n)["steps"]]
+                      + [fmt(self.rate(n, b)) for b in self.backends]
+                      + [fmt(1000 * self.cells[(n, b, 0)]["comm_wait_s"] / max(1, self.cells[(n, b, 0)]["steps"] - 1),
+                             ".0f") if (n, b, 0) in self.cells else "–" for b in self.backends]
+                      for n in self.nodes if any((n, b, 0) in self.cells for b in self.backends)])
+
+    def scaling_table(self):
+        return table(["nodes"] + [NAMES[b] for b in self.backends],
+                     [[n] + [fmt(self.efficiency(n, b), ".2f") for b in self.backends] for n in self.nodes])
+
+    def speedup_table(self):
+        others = [b for b in self.backends if b != "hiercoll"]
+        ratio = lambda n, b: self.rate(n, "hiercoll") / self.rate(n, b) if self.rate(n, "hiercoll") and \
+            self.rate(n, b) else None
+        return table(["nodes"] + [f"hiercoll / {NAMES[b]}" for b in others],
+                     [[n] + [fmt(ratio(n, b), ".2f") for b in others] for n in self.nodes])
+
+    def loader_table(self):
+        largest = self.nodes[-1]
+        counts = sorted({w for n, _, w in self.cells if n == largest})
+        if len(counts) < 2:
+            return None
+        bs = [b for b in self.backends if any((largest, b, w) in self.cells for w in counts if w)]
+        r = lambda w, b: self.rate(largest, b, w)
+        return table(["num_workers"] + [f"{NAMES[b]} samples/s" for b in bs] + [f"{NAMES[b]} speed-up" for b in bs]
+                     + [f"{NAMES[b]} data wait s" for b in bs],
+                     [[w] + [fmt(r(w, b)) for b in bs]
+                      + [fmt(r(w, b) / r(0, b), ".2f") if r(w, b) and r(0, b) else "–" for b in bs]
+                      + [fmt(self.cells[(largest, b, w)]["data_wait_s"], ".2f") if (largest, b, w) in self.cells
+                         else "–" for b in bs] for w in counts])
+
+
+def plot(studies, directory):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    styles = ["-", "--", ":", "-."]
+    for name, ylabel, value in [("throughput", "samples/s", Study.rate), ("efficiency", "scaling efficiency",
+                                                                            Study.efficiency)]:
+        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
+        for i, st in enumerate(studies):
+            for j, b in enumerate(st.backends):
+                xs = [n for n in st.nodes if value(st, n, b) is not None]
+                ax.plot(xs, [value(st, n, b) for n in xs], marker="o", linestyle=styles[i % len(styles)],
+                        color=f"C{j}", label=f"{NAMES[b]}, {st.link}")
+        ax.set_xlabel(f"nodes ({studies[0].cells[next(iter(studies[0].cells))]['per_node']} ranks each)")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(studies[0].nodes)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(directory, f"{name}.png")
+        fig.savefig(path)
+        paths.append(path)
+    return paths
+
+
+def noise_note(studies):
+    """The 1-node runs of different link rates are the same configuration (nothing crosses a link): how far apart
+    they are is this machine's run-to-run noise, the yardstick for every other difference."""
+    spreads = []
+    for b in NAMES:
+        rates = [st.rate(1, b) for st in studies if st.rate(1, b)]
+        if len(rates) > 1:
+            spreads.append((max(rates) / min(rates) - 1, b, rates))
+    if not spreads:
+        return ""
+    worst = max(spreads)
+    return (f"**Noise.** The 1-node runs at the different link rates are one configuration run twice (no traffic "
+            f"crosses a link), minutes apart: they differ by up to {100 * worst[0]:.0f}% ({NAMES[worst[1]]}: "
+            f"{', '.join(f'{r:.1f}' for r in worst[2])} samples/s). Ratios between backends in one row, measured "
+            f"back to back, are steadier than that, but differences of a few percent are not findings.\n\n")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("results")
@@ -41,119 +144,59 @@ def main():
     p.add_argument("--plots")
     args = p.parse_args()
     cells = load(args.results)
-    nodes = sorted({n for n, _, _ in cells})
-    backends = [b for b in NAMES if any(k[1] == b for k in cells)]
-    base = {b: cells.get((nodes[0], b, 0)) for b in backends}
-
-    def rate(n, b, w=0):
-        c = cells.get((n, b, w))
-        return c["samples_per_s"] if c else None
-
-    fmt = lambda x, spec=".1f": "–" if x is None else format(x, spec)
-    first = next(iter(cells.values()))
-    throughput = table(
-        ["nodes", "ranks", "global batch", "steps"] + [f"{NAMES[b]} samples/s" for b in backends]
-        + [f"{NAMES[b]} comm wait s/step" for b in backends],
-        [[n, n * first["per_node"], cells[(n, backends[0], 0)]["global_batch"], cells[(n, backends[0], 0)]["steps"]]
-         + [fmt(rate(n, b)) for b in backends]
-         + [fmt(cells[(n, b, 0)]["comm_wait_s"] / max(1, cells[(n, b, 0)]["steps"] - 1), ".3f")
-            if (n, b, 0) in cells else "–" for b in backends]
-         for n in nodes if (n, backends[0], 0) in cells])
-    efficiency = {b: {n: (rate(n, b) / ((n / nodes[0]) * rate(nodes[0], b)) if rate(n, b) and rate(nodes[0], b)
-                          else None) for n in nodes} for b in backends}
-    scaling = table(["nodes"] + [NAMES[b] for b in backends],
-                    [[n] + [fmt(efficiency[b][n], ".2f") for b in backends] for n in nodes])
-    others = [b for b in backends if b != "hiercoll"]
-    speedup = table(["nodes"] + [f"hiercoll / {NAMES[b]}" for b in others],
-                    [[n] + [fmt(rate(n, "hiercoll") / rate(n, b), ".2f") if rate(n, "hiercoll") and rate(n, b)
-                            else "–" for b in others] for n in nodes])
-    largest = nodes[-1]
-    worker_counts = sorted({w for n, _, w in cells if n == largest})
-    worker_backends = [b for b in backends if any((largest, b, w) in cells for w in worker_counts if w)]
-    loader = table(["num_workers"] + [f"{NAMES[b]} samples/s" for b in worker_backends]
-                   + [f"{NAMES[b]} speed-up" for b in worker_backends]
-                   + [f"{NAMES[b]} data wait s" for b in worker_backends],
-                   [[w] + [fmt(rate(largest, b, w)) for b in worker_backends]
-                    + [fmt(rate(largest, b, w) / rate(largest, b, 0), ".2f") if rate(largest, b, w) and
-                       rate(largest, b, 0) else "–" for b in worker_backends]
-                    + [fmt(cells[(largest, b, w)]["data_wait_s"], ".2f") if (largest, b, w) in cells else "–"
-                       for b in worker_backends] for w in worker_counts]) if len(worker_counts) > 1 else None
-
-    print("## Throughput (samples/s, workers 0)\n" + throughput)
-    print("\n## Scaling efficiency T(N) / (N/N0 * T(N0))\n" + scaling)
-    print("\n## hiercoll's speed-up\n" + speedup)
-    if loader:
-        print(f"\n## Loader workers at {largest} nodes\n" + loader)
-    if rate(largest, "hiercoll") and rate(largest, "gloo"):
-        print(f"\nalbert-study: {largest} node(s): hiercoll {rate(largest, 'hiercoll'):.1f} samples/s, gloo "
-              f"{rate(largest, 'gloo'):.1f}, hiercoll/gloo {rate(largest, 'hiercoll') / rate(largest, 'gloo'):.2f}")
+    links = list(dict.fromkeys(k[0] for k in cells))  # in the order they ran
+    studies = [Study(cells, link) for link in links]
+    sections = []
+    for st in studies:
+        text = (f"### Link {st.link}: throughput (samples/s, loader workers 0)\n\n{st.throughput_table()}\n\n"
+                f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own 1-node "
+                f"throughput\n\n{st.scaling_table()}\n\n"
+                f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"
+                f"{st.speedup_table()}\n")
+        loader = st.loader_table()
+        if loader:
+            text += (f"\n### Link {st.link}, {st.nodes[-1]} nodes: data-loader workers (`--num-workers`, the seeds' "
+                     f"`num_workers`)\n\n{loader}\n")
+        sections.append(text)
+        print(text)
+        n = st.nodes[-1]
+        if st.rate(n, "hiercoll") and st.rate(n, "gloo"):
+            print(f"albert-study: link {st.link}, {n} node(s): hiercoll {st.rate(n, 'hiercoll'):.1f} samples/s, gloo "
+                  f"{st.rate(n, 'gloo'):.1f}, hiercoll/gloo {st.rate(n, 'hiercoll') / st.rate(n, 'gloo'):.2f}\n")
     if not args.markdown:
         return
 
-    plots = []
-    if args.plots:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        os.makedirs(args.plots, exist_ok=True)
-        for name, ylabel, value in [("throughput", "samples/s", lambda b, n: rate(n, b)),
-                                    ("efficiency", "scaling efficiency", lambda b, n: efficiency[b][n])]:
-            fig, ax = plt.subplots(figsize=(5, 3.4), dpi=110)
-            for b in backends:
-                xs = [n for n in nodes if value(b, n) is not None]
-                ax.plot(xs, [value(b, n) for n in xs], marker="o", label=NAMES[b])
-            ax.set_xlabel(f"nodes ({first['per_node']} ranks each)")
-            ax.set_ylabel(ylabel)
-            ax.set_xticks(nodes)
-            ax.grid(alpha=0.3)
-            ax.legend()
-            fig.tight_layout()
-            path = os.path.join(args.plots, f"{name}.png")
-            fig.savefig(path)
-            plots.append(path)
+    plots = plot(studies, args.plots) if args.plots else []
+    first = next(iter(cells.values()))
     rel = lambda path: os.path.relpath(path, os.path.dirname(args.markdown))
+    per_rank = first["global_batch"] // max(1, first["ranks"])
     doc = f"""# ALBERT masked-LM pretraining on the emulated cluster (the seeds' experiment)
 
-Generated by `scripts/albert-study` on {datetime.date.today().isoformat()} ({platform.node() or 'this host'},
-{os.cpu_count()} cores). Model: Hugging Face `AlbertForMaskedLM`, config `{first['config']}`
-({first['parameters']:,} parameters), `examples/albert_hf/train.py`, DDP with each backend averaging the gradients
-(hiercoll; gloo; Open MPI's `MPI_Allreduce` through mpi4py from the same DDP hook). Setting: {args.setting}.
-Same number of examples at every scale ({args.examples} sequences of {first.get('global_batch', 0) // max(1, first['ranks'])}
-per rank and step): the global batch grows with the nodes and the steps shrink, as in the seeds' tables.
-Throughput is timed from the end of the first step. Each cell is one run (the median of REPEATS when more).
+Generated by `scripts/albert-study` on {datetime.date.today().isoformat()} ({os.cpu_count()} cores,
+{platform.processor() or platform.machine()}). Model: Hugging Face `AlbertForMaskedLM`, config `{first['config']}`
+({first['parameters']:,} parameters, {4 * first['parameters'] / 1e6:.1f} MB of fp32 gradients per step),
+`examples/albert_hf/train.py`, DDP with each backend averaging the gradients: hiercoll; gloo; Open MPI's
+`MPI_Allreduce` (mpi4py, from the same DDP hook on a background thread). Setting: {args.setting}. Same number of
+examples at every scale ({args.examples} sequences, {per_rank} per rank and step): the global batch grows with the
+nodes and the steps shrink, as in the seeds' tables. Throughput is timed from the end of the first step; "comm
+wait" is how long backward ran past handing its last gradient bucket to the backend (communication not hidden
+behind compute), per step. Each cell is one run (the median of REPEATS when more).
 
-**What this machine means for the numbers.** All ranks of all emulated nodes share 2 CPU cores: at 3 nodes six
-training processes (plus loader workers) time-slice two cores, so compute per rank shrinks as nodes are added and
-the scaling efficiency falls far below what separate machines would give, whatever the backend. What the study
-does show is the communication: the inter-node links are shaped like a slow network, so a backend that sends less
-across them, or hides it behind backward, loses less time (the "comm wait" column: seconds per step that backward
-ran past its last bucket's hand-over). Loader workers add processes to the same two cores, so here they compete
-with training rather than feed an idle GPU, unlike the seeds' GPU machines.
+**What this machine means for the numbers.** Every rank of every emulated node shares the same 2 CPU cores: at 3
+nodes six training processes (plus loader workers) time-slice two cores, so the compute per second of each rank
+shrinks as nodes are added and throughput stays roughly flat: scaling efficiency falls to about 1/N whatever the
+backend, where separate machines would keep it near 1. Differences between backends therefore show only where
+communication is a large part of the step: at 1 Gbit/s the {4 * first['parameters'] / 1e6:.1f} MB allreduce is a
+few percent of a CPU step, at 100 Mbit/s it is a large part, closer to the share communication has on the seeds'
+GPUs (steps ~100x faster, links ~100x faster). Loader workers add processes to the same two cores, so here they
+compete with training instead of feeding an otherwise idle GPU as in the seeds' setup.
 
-## Throughput (samples/s, loader workers 0)
-
-{throughput}
-
-## Scaling efficiency T(N) / (N · T(1)), each backend against its own 1-node throughput
-
-{scaling}
-
-## Speed-up of hiercoll over each backend (ratio of samples/s, same scale)
-
-{speedup}
-"""
-    if loader:
-        doc += f"""
-## Data-loader workers at {largest} nodes (`--num-workers`, the seeds' `num_workers`)
-
-{loader}
-"""
+""" + noise_note(studies) + "\n".join(sections)
     for path in plots:
         doc += f"\n![{os.path.basename(path)}]({rel(path)})\n"
-    doc += f"""
-Reproduce: `scripts/albert-study` (knobs in its header; results in build/albert-study/results.jsonl, logs beside).
+    doc += """
+Reproduce: `scripts/albert-study` (knobs in its header; results in build/albert-study/results.jsonl, each run's
+log beside it). On a GPU: examples/albert_hf/README.md.
 """
     with open(args.markdown, "w") as f:
         f.write(doc)

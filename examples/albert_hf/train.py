@@ -9,6 +9,7 @@ and in OUT/log.jsonl; the last line has "summary": true.
 """
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -157,7 +158,7 @@ def train(args):
     parameters = sum(p.numel() for p in model.parameters())
 
     # Per-interval sums, averaged over the ranks when logged: loss, correct predictions, predictions, micro-steps.
-    sums = torch.zeros(4, dtype=torch.float64)
+    sums = torch.zeros(4, dtype=torch.float64, device=device)  # on the device: no sync per step
     interval = {"t": time.perf_counter(), "comm": 0.0, "data": 0.0, "steps": 0}
     # Throughput is timed from the end of the first step (start-up and the loader's first batches excluded).
     timed = {"t": None, "steps": 0, "comm": 0.0, "data": 0.0}
@@ -180,8 +181,8 @@ def train(args):
             with torch.no_grad():
                 masked = batch["labels"] != -100
                 correct = (out.logits.argmax(-1)[masked] == batch["labels"][masked]).sum()
-                sums += torch.stack([out.loss.detach().double().cpu(), correct.double().cpu(),
-                                     masked.sum().double().cpu(), torch.tensor(1.0, dtype=torch.float64)])
+                sums += torch.stack([out.loss.detach().double(), correct.double(), masked.sum().double(),
+                                     torch.ones((), dtype=torch.float64, device=device)])
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -196,7 +197,7 @@ def train(args):
             timed["data"] += data_wait
 
         if (step + 1) % args.log_every == 0 or step + 1 == steps:
-            totals = sums.to(device)
+            totals = sums.clone()
             dist.all_reduce(totals)
             totals = totals.cpu()
             elapsed = time.perf_counter() - interval["t"]
@@ -219,6 +220,16 @@ def train(args):
               samples_per_s=round(timed["steps"] * per_step / seconds, 3) if timed["steps"] else None,
               comm_wait_s=round(timed["comm"], 4), data_wait_s=round(timed["data"], 4), seconds=round(seconds, 3))
     del batches  # stops the loader's workers before the group goes
+    release_ddp_then_destroy_group(ddp)
+
+
+def release_ddp_then_destroy_group(ddp):
+    """Frees DDP before the process group. DDP's reducer holds the group from C++ and is freed with the GIL held;
+    if it held the last reference, gloo's destructor would join worker threads that may be waiting for the GIL to
+    free a finished collective's tensors, and the process would hang at exit (pytorch/pytorch#56297; seen here
+    once in ~20 gloo runs). The group's Python object releases the GIL when it goes, so it must go last."""
+    ddp.reducer = ddp.logger = None  # the logger holds the reducer too
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -18,7 +18,7 @@ from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallba
 
 import albert_data
 import comm
-from train import CONFIGS, build_model
+from train import CONFIGS, build_model, release_ddp_then_destroy_group
 
 
 class Tokenised(torch.utils.data.Dataset):
@@ -100,7 +100,10 @@ def main():
         print(json.dumps({"summary": True, "trainer": True, "ddp": type(ddp).__name__, "group_backend": group_backend,
                           "ranks": dist.get_world_size(), "steps": result.global_step, "losses": log.losses,
                           "samples_per_s": result.metrics.get("train_samples_per_second")}), flush=True)
-    dist.destroy_process_group()
+    if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+        release_ddp_then_destroy_group(ddp)  # Trainer's DDP before the group (see there)
+    else:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
