@@ -9,7 +9,18 @@ import os
 import platform
 import statistics
 
-NAMES = {"hiercoll": "hiercoll", "gloo": "gloo", "mpi": "Open MPI", "nccl": "NCCL"}
+KNOWN = {"hiercoll": "hiercoll", "gloo": "gloo", "mpi": "Open MPI", "nccl": "NCCL"}
+
+
+class Names(dict):
+    """Display names; "hiercoll+hier" (a backend run with HIERCOLL_ALGO=hier) reads "hiercoll (ALGO=hier)"."""
+
+    def __missing__(self, key):
+        name, _, algo = key.partition("+")
+        return f"{KNOWN.get(name, name)} (ALGO={algo})" if algo else KNOWN.get(name, name)
+
+
+NAMES = Names(KNOWN)
 
 
 def load(path):
@@ -43,7 +54,7 @@ class Study:
         self.cells = {k[1:]: v for k, v in cells.items() if k[0] == link}
         self.link = link
         self.nodes = sorted({n for n, _, _ in self.cells})
-        self.backends = [b for b in NAMES if any(k[1] == b for k in self.cells)]
+        self.backends = list(dict.fromkeys(k[1] for k in self.cells))  # in the order they ran
 
     def rate(self, n, b, w=0):
         c = self.cells.get((n, b, w))
@@ -122,7 +133,7 @@ def noise_note(studies):
     """The 1-node runs of different link rates are the same configuration (nothing crosses a link): how far apart
     they are is this machine's run-to-run noise, the yardstick for every other difference."""
     spreads = []
-    for b in NAMES:
+    for b in dict.fromkeys(b for st in studies for b in st.backends):
         rates = [st.rate(1, b) for st in studies if st.rate(1, b)]
         if len(rates) > 1:
             spreads.append((max(rates) / min(rates) - 1, b, rates))
@@ -149,8 +160,8 @@ def main():
     sections = []
     for st in studies:
         text = (f"### Link {st.link}: throughput (samples/s, loader workers 0)\n\n{st.throughput_table()}\n\n"
-                f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own 1-node "
-                f"throughput\n\n{st.scaling_table()}\n\n"
+                f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
+                f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
                 f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"
                 f"{st.speedup_table()}\n")
         loader = st.loader_table()
