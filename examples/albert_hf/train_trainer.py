@@ -5,8 +5,8 @@
 The recipe: initialise the process group yourself, before TrainingArguments. Trainer hands distributed set-up
 to accelerate, which creates a group only when none exists (accelerate/state.py: `if not
 torch.distributed.is_initialized()`) and otherwise wraps the model in DDP over the default group, the one made
-here. Passing `ddp_backend="hiercoll"` instead works on GPUs, but on CPUs accelerate replaces any backend but
-mpi with gloo, and TrainingArguments' command-line parser only accepts the backends it knows.
+here. `ddp_backend="hiercoll"` is no substitute: on CPUs accelerate replaces any backend but mpi with gloo, and
+TrainingArguments' command-line parser only accepts the backends it knows.
 """
 import argparse
 import json
