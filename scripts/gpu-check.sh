@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh prepare   here (Debian, network): download the .deb files into .debs/, and the ALBERT
 #                                  trainer's corpus (it needs Debian's bible-kjv) as .debs/kjv.txt
 #   scripts/gpu-check.sh hf        on the GPU machine: only the Hugging Face ALBERT trainer (step 6 of run)
+#   scripts/gpu-check.sh exec CMD  on the GPU machine: set up and build the torch binding, then run CMD with it
 #   scripts/gpu-check.sh run       on the GPU machine (carry .debs): build with HIERCOLL_WITH_CUDA=ON, run the
 #                                  CUDA tests (C++ and torch), the kernel bandwidth benchmark and allreduce_perf
 #                                  on device buffers (hiercoll and NCCL); results under ${OUT:-gpu-out}
@@ -162,5 +163,10 @@ case "${1:-}" in
       timeout 300 cmake --build $build -j "$(nproc)" --target hiercoll_torch_ext > "$out/build.txt" 2>&1 ||
         note "torch binding build FAILED (see build.txt)"
       hf_albert; exit $status ;;
-  *) echo "usage: scripts/gpu-check.sh prepare|run|hf" >&2; exit 2 ;;
+  exec) shift  # the environment and torch binding of the checks, then any command (one-off experiments)
+      setup
+      timeout 300 cmake --build $build -j "$(nproc)" --target hiercoll_torch_ext > "$out/build.txt" 2>&1 ||
+        note "torch binding build FAILED (see build.txt)"
+      PYTHONPATH=$PWD/$build/python exec "$@" ;;
+  *) echo "usage: scripts/gpu-check.sh prepare|run|hf|exec COMMAND..." >&2; exit 2 ;;
 esac

@@ -62,18 +62,23 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="albert-trainer-out")
     p.add_argument("--save-model", action="store_true", help="write rank's final weights to OUT/weights.RANK.pt")
+    p.add_argument("--group-by", choices=["us", "trainer"], default="us",
+                   help="who creates the process group: this script before Trainer (the recipe), or Trainer "
+                        "itself from TrainingArguments(ddp_backend=...) (GPUs only; torchrun's variables)")
     args = p.parse_args()
 
     # 1. The process group first: accelerate (under Trainer) then uses it instead of making its own.
-    comm.init_process_group(args.backend)
-    rank = dist.get_rank()
+    if args.group_by == "us":
+        comm.init_process_group(args.backend)
+    else:
+        import hiercoll_torch  # noqa: F401  (registers the backend name for accelerate's init_process_group)
 
     tokenizer_dir = args.tokenizer or os.path.join(args.out, "tokenizer")
-    if rank == 0:
-        tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
-    dist.barrier()
-    if rank != 0:
-        tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
+    if args.group_by == "us" and dist.get_rank() != 0:
+        dist.barrier()  # rank 0 trains the tokenizer if there is none
+    tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
+    if args.group_by == "us" and dist.get_rank() == 0:
+        dist.barrier()
     segments = albert_data.read_segments(args.corpus, max(4, int(args.seq_len * 0.6)))
 
     torch.manual_seed(args.seed)
@@ -83,7 +88,8 @@ def main():
         output_dir=args.out, per_device_train_batch_size=args.batch, max_steps=args.steps, learning_rate=args.lr,
         warmup_steps=max(1, args.steps // 10), lr_scheduler_type="linear", weight_decay=0.01, logging_steps=1,
         save_strategy="no", report_to=[], use_cpu=args.device == "cpu", dataloader_num_workers=args.num_workers,
-        seed=args.seed, bf16=args.device == "cuda", disable_tqdm=True, ddp_find_unused_parameters=False)
+        seed=args.seed, bf16=args.device == "cuda", disable_tqdm=True, ddp_find_unused_parameters=False,
+        ddp_backend=args.backend if args.group_by == "trainer" else None)
     log = LossLog()
     trainer = Trainer(model=model, args=training_args, train_dataset=Tokenised(segments, tokenizer, args.seq_len),
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
@@ -93,6 +99,7 @@ def main():
     # Which group DDP averaged over: the proof that Trainer used ours.
     ddp = trainer.model_wrapped
     group_backend = dist.get_backend(getattr(ddp, "process_group", None))
+    rank = dist.get_rank()
     if args.save_model:
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
                    os.path.join(args.out, f"weights.{rank}.pt"))
