@@ -66,6 +66,9 @@ def main():
                    help="who creates the process group: this script before Trainer (the recipe), or Trainer "
                         "itself from TrainingArguments(ddp_backend=...) (GPUs only; torchrun's variables)")
     args = p.parse_args()
+    if args.group_by == "trainer" and args.device == "cpu" and args.backend != "gloo":
+        raise SystemExit("--group-by trainer works on GPUs only: on CPUs accelerate replaces any ddp_backend but mpi "
+                         "with gloo; use the default --group-by us")
 
     # 1. The process group first: accelerate (under Trainer) then uses it instead of making its own.
     if args.group_by == "us":
