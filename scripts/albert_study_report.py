@@ -7,7 +7,6 @@ import datetime
 import json
 import os
 import platform
-import statistics
 
 KNOWN = {"hiercoll": "hiercoll", "gloo": "gloo", "mpi": "Open MPI", "nccl": "NCCL"}
 
@@ -60,6 +59,16 @@ class Study:
         c = self.cells.get((n, b, w))
         return c["samples_per_s"] if c else None
 
+    def comm_ms_per_step(self, n, b):
+        """Exposed communication per timed step (the first step is not timed)."""
+        c = self.cells.get((n, b, 0))
+        return 1000 * c["comm_wait_s"] / max(1, c["steps"] - 1) if c else None
+
+    def speedup(self, n, b):
+        """hiercoll's samples/s over backend b's at n nodes."""
+        ours, theirs = self.rate(n, "hiercoll"), self.rate(n, b)
+        return ours / theirs if ours and theirs else None
+
     def efficiency(self, n, b):
         t, t1 = self.rate(n, b), self.rate(self.nodes[0], b)
         return t / ((n / self.nodes[0]) * t1) if t and t1 else None
@@ -70,8 +79,7 @@ class Study:
                      + [f"{NAMES[b]} comm wait ms/step" for b in self.backends],
                      [[n, any_cell(n)["ranks"], any_cell(n)["global_batch"], any_cell(n)["steps"]]
                       + [fmt(self.rate(n, b)) for b in self.backends]
-                      + [fmt(1000 * self.cells[(n, b, 0)]["comm_wait_s"] / max(1, self.cells[(n, b, 0)]["steps"] - 1),
-                             ".0f") if (n, b, 0) in self.cells else "–" for b in self.backends]
+                      + [fmt(self.comm_ms_per_step(n, b), ".0f") for b in self.backends]
                       for n in self.nodes if any((n, b, 0) in self.cells for b in self.backends)])
 
     def scaling_table(self):
@@ -80,10 +88,8 @@ class Study:
 
     def speedup_table(self):
         others = [b for b in self.backends if b != "hiercoll"]
-        ratio = lambda n, b: self.rate(n, "hiercoll") / self.rate(n, b) if self.rate(n, "hiercoll") and \
-            self.rate(n, b) else None
         return table(["nodes"] + [f"hiercoll / {NAMES[b]}" for b in others],
-                     [[n] + [fmt(ratio(n, b), ".2f") for b in others] for n in self.nodes])
+                     [[n] + [fmt(self.speedup(n, b), ".2f") for b in others] for n in self.nodes])
 
     def loader_table(self):
         largest = self.nodes[-1]

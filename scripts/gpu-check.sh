@@ -58,11 +58,22 @@ setup() {
         -DHIERCOLL_WITH_TORCH="${WITH_TORCH:-ON}" > "$out/configure.txt" 2>&1
 }
 
+# The Python the torch binding was built for (empty when it was not configured).
+torch_python() {
+  sed -n 's/^-- hiercoll_torch: building for torch .* with //p' "$out/configure.txt" | tail -1
+}
+
+# The torch binding alone (the hf and exec commands need nothing else).
+build_torch_binding() {
+  timeout 300 cmake --build $build -j "$(nproc)" --target hiercoll_torch_ext > "$out/build.txt" 2>&1 ||
+    note "torch binding build FAILED (see build.txt)"
+}
+
 # The Hugging Face ALBERT trainer (examples/albert_hf) on the GPU: ALBERT-base, bf16, one rank per GPU, hiercoll
 # beside NCCL (alternated twice), then Hugging Face's Trainer on a hiercoll group.
 hf_albert() {
   local py backend round gpus
-  py=$(sed -n 's/^-- hiercoll_torch: building for torch .* with //p' "$out/configure.txt" | tail -1)
+  py=$(torch_python)
   gpus=$(nvidia-smi -L | wc -l)
   [ -n "$py" ] || { note "torch binding not configured: Hugging Face ALBERT not run"; status=1; return 0; }
   local run=(env PYTHONPATH=$PWD/$build/python OMP_NUM_THREADS=4 "$py" -m torch.distributed.run
@@ -107,7 +118,7 @@ run() {
   # 2. The torch backend on CUDA tensors and DDP on a CUDA model (2 and 4 processes sharing the GPU), with the
   #    Python the binding was built for.
   local py
-  py=$(sed -n 's/^-- hiercoll_torch: building for torch .* with //p' "$out/configure.txt" | tail -1)
+  py=$(torch_python)
   if [ -n "$py" ] && [ -d $build/python/hiercoll_torch ]; then
     for size in 2 4; do
       PYTHONPATH=$PWD/$build/python:$PWD/test/torch step "torch_cuda_$size" 150 "$py" -c "
@@ -159,14 +170,9 @@ sys.exit(0 if all(' 0 failed' in out for out in outputs) else 1)"
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  hf) setup
-      timeout 300 cmake --build $build -j "$(nproc)" --target hiercoll_torch_ext > "$out/build.txt" 2>&1 ||
-        note "torch binding build FAILED (see build.txt)"
-      hf_albert; exit $status ;;
+  hf) setup; build_torch_binding; hf_albert; exit $status ;;
   exec) shift  # the environment and torch binding of the checks, then any command (one-off experiments)
-      setup
-      timeout 300 cmake --build $build -j "$(nproc)" --target hiercoll_torch_ext > "$out/build.txt" 2>&1 ||
-        note "torch binding build FAILED (see build.txt)"
+      setup; build_torch_binding
       PYTHONPATH=$PWD/$build/python exec "$@" ;;
   *) echo "usage: scripts/gpu-check.sh prepare|run|hf|exec COMMAND..." >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 
 import torch
+import torch.distributed as dist
 from transformers import AlbertTokenizer, DataCollatorForLanguageModeling
 
 
@@ -16,7 +17,7 @@ def load_tokenizer(directory, corpus, vocab_size):
     """AlbertTokenizer over a SentencePiece unigram model in `directory`, trained on `corpus` first if missing.
 
     ALBERT's own layout: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4, case folded (AlbertTokenizer lower-cases).
-    Nothing is downloaded. Call on one rank first (it writes), then on the others.
+    Nothing is downloaded. In a process group, shared_tokenizer calls it on rank 0 first.
     """
     model = os.path.join(directory, "spiece.model")
     if not os.path.exists(model):
@@ -40,11 +41,24 @@ def load_tokenizer(directory, corpus, vocab_size):
     return tokenizer
 
 
-def read_segments(corpus, words_per_segment):
-    """The corpus (one document per line) cut into segments of `words_per_segment` words, at word boundaries.
+def shared_tokenizer(directory, corpus, vocab_size):
+    """load_tokenizer on every rank of the process group: rank 0 first (it trains the model if there is none),
+    the others once it is done."""
+    if dist.get_rank() != 0:
+        dist.barrier()
+    tokenizer = load_tokenizer(directory, corpus, vocab_size)
+    if dist.get_rank() == 0:
+        dist.barrier()
+    return tokenizer
+
+
+def read_segments(corpus, seq_len):
+    """The corpus (one document per line) cut into segments that fill most of `seq_len` tokens, at word boundaries:
+    0.6 * seq_len words (~1.5 tokens a word at a 4000-piece vocabulary).
 
     Segments stay within a document; a document's short tail joins its last segment.
     """
+    words_per_segment = max(4, int(seq_len * 0.6))
     segments = []
     with open(corpus, encoding="utf-8") as f:
         for line in f:
@@ -72,9 +86,12 @@ class Segments(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         batch, i = index
-        encoded = self.tokenizer(self.segments[i], max_length=self.seq_len, truncation=True,
-                                 padding="max_length", return_special_tokens_mask=True)
-        return {"batch": batch, **encoded}
+        return {"batch": batch, **encode(self.tokenizer, self.segments[i], self.seq_len)}
+
+
+def encode(tokenizer, text, seq_len):
+    """One segment as [CLS] ... [SEP], cut or padded to seq_len, with the special-tokens mask the collator needs."""
+    return tokenizer(text, max_length=seq_len, truncation=True, padding="max_length", return_special_tokens_mask=True)
 
 
 class ShardedBatches(torch.utils.data.Sampler):

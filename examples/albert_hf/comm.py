@@ -56,9 +56,9 @@ def averaging_hook(averager, bucket):
 
 
 class Averager:
-    """State of the DDP communication hook: each bucket divided by the world size and summed over the ranks (what DDP's default
-    hook does), with the moment the last bucket was handed over noted, so the trainer can tell how long backward
-    then waited for communication to finish (`exposed_wait`)."""
+    """State of the DDP communication hook: each bucket divided by the world size and summed over the ranks (what
+    DDP's default hook does), with the moment the last bucket was handed over noted, so the trainer can tell how
+    long backward then waited for communication to finish (`exposed_wait`)."""
 
     def __init__(self, mpi_comm=None):
         self.mpi_comm = mpi_comm

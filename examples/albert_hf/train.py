@@ -87,7 +87,7 @@ def build_model(name, vocab_size, seq_len):
 def make_optimizer(args, model):
     # No weight decay on biases and LayerNorm, as BERT and ALBERT.
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         (no_decay if p.ndim == 1 else decay).append(p)
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if args.optimizer == "lamb":
@@ -99,7 +99,7 @@ class Log:
     """JSON lines on rank 0's stdout and in OUT/log.jsonl."""
 
     def __init__(self, path, enabled):
-        self.file = open(path, "a" if os.path.exists(path) else "w") if enabled else None
+        self.file = open(path, "a") if enabled else None  # a resumed run appends
 
     def write(self, **record):
         if self.file is None:
@@ -120,15 +120,9 @@ def train(args):
     os.makedirs(args.out, exist_ok=True)
     log = Log(os.path.join(args.out, "log.jsonl"), rank == 0)
 
-    # Rank 0 trains the tokenizer if there is none yet; the others wait for it.
-    tokenizer_dir = args.tokenizer or os.path.join(args.out, f"tokenizer-{args.vocab_size}")
-    if rank == 0:
-        tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
-    dist.barrier()
-    if rank != 0:
-        tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
-    # ~1.5 tokens a word at a 4000-piece vocabulary: segments fill most of --seq-len.
-    segments = albert_data.read_segments(args.corpus, max(4, int(args.seq_len * 0.6)))
+    tokenizer = albert_data.shared_tokenizer(args.tokenizer or os.path.join(args.out, f"tokenizer-{args.vocab_size}"),
+                                             args.corpus, args.vocab_size)
+    segments = albert_data.read_segments(args.corpus, args.seq_len)
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     model = build_model(args.config, len(tokenizer), args.seq_len).to(device)

@@ -31,8 +31,7 @@ class Tokenised(torch.utils.data.Dataset):
         return len(self.segments)
 
     def __getitem__(self, i):
-        return self.tokenizer(self.segments[i], max_length=self.seq_len, truncation=True, padding="max_length",
-                              return_special_tokens_mask=True)
+        return albert_data.encode(self.tokenizer, self.segments[i], self.seq_len)
 
 
 class LossLog(TrainerCallback):
@@ -77,12 +76,11 @@ def main():
         import hiercoll_torch  # noqa: F401  (registers the backend name for accelerate's init_process_group)
 
     tokenizer_dir = args.tokenizer or os.path.join(args.out, "tokenizer")
-    if args.group_by == "us" and dist.get_rank() != 0:
-        dist.barrier()  # rank 0 trains the tokenizer if there is none
-    tokenizer = albert_data.load_tokenizer(tokenizer_dir, args.corpus, args.vocab_size)
-    if args.group_by == "us" and dist.get_rank() == 0:
-        dist.barrier()
-    segments = albert_data.read_segments(args.corpus, max(4, int(args.seq_len * 0.6)))
+    # Without a group yet (--group-by trainer) every rank loads it alone, and trains its own copy if it is missing
+    # (each renamed into place whole): give --tokenizer a trained one.
+    load = albert_data.shared_tokenizer if args.group_by == "us" else albert_data.load_tokenizer
+    tokenizer = load(tokenizer_dir, args.corpus, args.vocab_size)
+    segments = albert_data.read_segments(args.corpus, args.seq_len)
 
     torch.manual_seed(args.seed)
     model = build_model(args.config, len(tokenizer), args.seq_len)

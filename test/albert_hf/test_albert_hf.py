@@ -4,7 +4,6 @@ Hugging Face's Trainer trains on a hiercoll group."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -14,17 +13,13 @@ import torch
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "albert_hf")
 SMALL = ["--seq-len", "64", "--batch", "8"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "test", "torch"))
+from launch import base_env, free_port  # noqa: E402  (the torch tests' launcher environment)
 
 
 def env():
-    return dict(os.environ, HIERCOLL_FABRIC_PROVIDER="tcp", HIERCOLL_FABRIC_IFACE="lo", HIERCOLL_TIMEOUT_MS="120000",
-                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    # torchrun brings its own rendezvous; under mpirun the ranks agree on one through PMIx.
+    return {k: v for k, v in base_env({"HIERCOLL_TIMEOUT_MS": "120000"}).items() if not k.startswith("MASTER_")}
 
 
 @pytest.fixture(scope="module")
