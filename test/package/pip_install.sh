@@ -13,8 +13,11 @@ torch_site=$("$torch_python" -c "import os, torch; print(os.path.dirname(os.path
 venv_site=$("$work/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$torch_site" > "$venv_site/project-torch.pth"
 "$work/venv/bin/pip" install -q --disable-pip-version-check "scikit-build-core>=0.10"
-# A copy of the sources, so the build directory the package makes does not land in the checkout under test.
-cp -r "$src" "$work/src" && rm -rf "$work/src"/build* "$work/src/.venv" "$work/src/.git"
+# A copy of the sources, so the build directory the package makes does not land in the checkout under test. Build
+# trees, venvs and .git are left out while copying, not deleted after: the work directory usually lies inside
+# build/, and `cp -r` of a tree into itself fails (or not, depending on the order readdir returns).
+mkdir "$work/src"
+tar -C "$src" --exclude='./build*' --exclude='./.venv*' --exclude=./.git --exclude=./.cache -cf - . | tar -C "$work/src" -xf -
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
   "$work/venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation "$work/src"
 cd "$work"  # not the source tree: the import must come from site-packages
