@@ -28,7 +28,7 @@ struct Options {
   int local = 8;
   std::vector<double> bytes = {64 << 20};
   double compute_ms = 100, grad_mb = 46.8, overlap = 0.66, bucket_mb = 25;
-  CostModel model;
+  CostModel model = CostModel::from(hiercoll::base::Settings::defaults());
 };
 
 std::vector<double> parse_list(const std::string& text, bool sizes) {

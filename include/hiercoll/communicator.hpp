@@ -12,10 +12,10 @@
 
 namespace hiercoll {
 
-namespace core {
+namespace engine {
 struct WorkState;
 class CommunicatorImpl;
-}  // namespace core
+}  // namespace engine
 
 /// Handle to one asynchronous operation. Cheap to copy; all copies share the operation.
 class HIERCOLL_API Work {
@@ -41,10 +41,10 @@ class HIERCOLL_API Work {
   /// needs to know); -1 for every other operation or before completion.
   int source() const;
 
-  explicit Work(std::shared_ptr<core::WorkState> state) : state_(std::move(state)) {}
+  explicit Work(std::shared_ptr<engine::WorkState> state) : state_(std::move(state)) {}
 
  private:
-  std::shared_ptr<core::WorkState> state_;
+  std::shared_ptr<engine::WorkState> state_;
 };
 
 /// Settings fixed when a communicator is made. Environment knobs (docs/tuning.md) fill the defaults.
@@ -138,8 +138,8 @@ class HIERCOLL_API Communicator {
   const Layout& layout() const;
 
  private:
-  explicit Communicator(std::unique_ptr<core::CommunicatorImpl> impl);
-  std::unique_ptr<core::CommunicatorImpl> impl_;
+  explicit Communicator(std::unique_ptr<engine::CommunicatorImpl> impl);
+  std::unique_ptr<engine::CommunicatorImpl> impl_;
 };
 
 }  // namespace hiercoll

@@ -9,8 +9,13 @@
 namespace hiercoll::algo {
 
 namespace {
-// Steps of the check live far above any operation's own steps, so its messages never match theirs.
-constexpr uint32_t kAgreementStepBase = 0xF000;
+// The check shares the operation's sequence number, so its messages are kept apart by step: the ring allgather
+// below takes steps base..base+n-2, which must stay inside the tag's 16 step bits without wrapping onto the
+// operation's first steps (a base of 0xF000 wrapped above 4096 ranks). The operation's own steps reach the check's
+// range only after 32768 steps, the same wrap-around argument as Channel's (channel.cpp): a rank cannot get that
+// far into an operation while the peer it sends to has not finished the check and started it.
+constexpr uint32_t kAgreementStepBase = 0x8000;
+static_assert(kAgreementStepBase + kMaxWorldRanks - 1 <= 0xFFFF, "the check's steps must not wrap");
 
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
   return a.kind == b.kind && a.type == b.type && a.op == b.op && a.root == b.root && a.count == b.count;

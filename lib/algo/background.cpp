@@ -28,7 +28,7 @@ void BackgroundWorker::start(std::function<void()> job) {
 void BackgroundWorker::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return !running_; });
-  if (error_) core::throw_failure(*std::exchange(error_, std::nullopt));
+  if (error_) base::throw_failure(*std::exchange(error_, std::nullopt));
 }
 
 bool BackgroundWorker::busy() const {
@@ -44,13 +44,13 @@ void BackgroundWorker::loop() {
     auto job = std::move(job_);
     job_ = nullptr;
     lock.unlock();
-    std::optional<core::Failure> error;
+    std::optional<base::Failure> error;
     try {
       job();
     } catch (const Error& e) {
-      error = core::Failure::of(e);
+      error = base::Failure::of(e);
     } catch (const std::exception& e) {
-      error = core::Failure{ErrorCode::kInternal, e.what()};
+      error = base::Failure{ErrorCode::kInternal, e.what()};
     }
     lock.lock();
     error_ = error;

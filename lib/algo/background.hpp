@@ -9,7 +9,7 @@
 #include <thread>
 #include <utility>
 
-#include "core/failure.hpp"
+#include "base/failure.hpp"
 
 namespace hiercoll::algo {
 
@@ -32,7 +32,7 @@ class BackgroundWorker {
   std::condition_variable cv_;
   std::function<void()> job_;
   bool running_ = false, stopping_ = false;
-  std::optional<core::Failure> error_;  // as data: see core/failure.hpp
+  std::optional<base::Failure> error_;  // as data: see core/failure.hpp
   std::thread thread_;
 };
 

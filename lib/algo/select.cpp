@@ -2,8 +2,7 @@
 
 #include <cmath>
 
-#include "core/env.hpp"
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::algo {
@@ -53,23 +52,11 @@ double CostModel::tree(double bytes, const Layout& layout) const {
   return 2 * depth * net.latency_us * 1e-6 + 2 * bytes / (net.bandwidth_gbps * 1e9);
 }
 
-CostModel CostModel::from_env() {
+CostModel CostModel::from(const base::Settings& settings) {
   CostModel model;
-  auto read = [](const char* name, double fallback) {
-    auto text = core::env_string(name);
-    if (!text) return fallback;
-    char* end = nullptr;
-    double value = std::strtod(text->c_str(), &end);
-    if (end == text->c_str() || *end != '\0' || value <= 0) {
-      throw InvalidUsageError(std::string(name) + "='" + *text + "' is not a positive number");
-    }
-    return value;
-  };
-  model.net.latency_us = read("HIERCOLL_NET_LAT_US", model.net.latency_us);
-  model.net.bandwidth_gbps = read("HIERCOLL_NET_BW_GBPS", model.net.bandwidth_gbps);
-  model.shm.latency_us = read("HIERCOLL_SHM_LAT_US", model.shm.latency_us);
-  model.shm.bandwidth_gbps = read("HIERCOLL_SHM_BW_GBPS", model.shm.bandwidth_gbps);
-  model.shm_piece_bytes = core::env_bytes("HIERCOLL_SHM_PIECE_BYTES", model.shm_piece_bytes);
+  model.net = {settings.net_lat_us, settings.net_bw_gbps};
+  model.shm = {settings.shm_lat_us, settings.shm_bw_gbps};
+  model.shm_piece_bytes = settings.shm_piece_bytes;
   return model;
 }
 
@@ -83,14 +70,14 @@ size_t crossover_bytes(const CostModel& model, int ranks) {
   return bytes / 2;
 }
 
-AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready)
+AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced)
     : model_(model), layout_(std::move(layout)), hierarchy_ready_(hierarchy_ready) {
-  if (auto algo = core::env_string("HIERCOLL_ALGO")) {
+  if (!forced.empty()) {
     forced_ = true;
-    if (*algo == "ring") forced_algo_ = AllreduceAlgo::kRing;
-    else if (*algo == "rd") forced_algo_ = AllreduceAlgo::kRecursiveDoubling;
-    else if (*algo == "hier") forced_algo_ = AllreduceAlgo::kHierarchical;
-    else throw InvalidUsageError("HIERCOLL_ALGO='" + *algo + "' is not one of: ring, rd, hier");
+    if (forced == "ring") forced_algo_ = AllreduceAlgo::kRing;
+    else if (forced == "rd") forced_algo_ = AllreduceAlgo::kRecursiveDoubling;
+    else if (forced == "hier") forced_algo_ = AllreduceAlgo::kHierarchical;
+    else throw InvalidUsageError("HIERCOLL_ALGO='" + forced + "' is not one of: ring, rd, hier");
     if (forced_algo_ == AllreduceAlgo::kHierarchical && !hierarchy_ready_) {
       HIERCOLL_LOG(
           kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "base/settings.hpp"
 #include "hiercoll/topology.hpp"
 
 namespace hiercoll::algo {
@@ -19,9 +20,9 @@ struct LinkFigures {
 };
 
 struct CostModel {
-  LinkFigures net{30, 1.0};  ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
-  LinkFigures shm{5, 4.0};   ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
-  size_t shm_piece_bytes = 2 << 20;
+  LinkFigures net;  ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
+  LinkFigures shm;  ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
+  size_t shm_piece_bytes = 0;
 
   /// Predicted seconds for an allreduce of `bytes` on `layout`.
   double ring(double bytes, const Layout& layout) const;
@@ -30,7 +31,8 @@ struct CostModel {
   /// A pipelined (double binary) tree as NCCL uses at scale: 2 log2(n) latency steps, ~2S over the link.
   double tree(double bytes, const Layout& layout) const;
 
-  static CostModel from_env();
+  /// The model of `settings`' figures; CostModel::from(base::Settings::defaults()) is the default one.
+  static CostModel from(const base::Settings& settings);
 };
 
 /// Smallest message for which the ring beats recursive doubling among `ranks` ranks of the fabric.
@@ -38,7 +40,8 @@ size_t crossover_bytes(const CostModel& model, int ranks);
 
 class AllreduceSelector {
  public:
-  AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready);
+  /// `forced`: HIERCOLL_ALGO's value ("" lets the cost model choose).
+  AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced = "");
   /// The algorithm for an allreduce of `bytes`: forced by HIERCOLL_ALGO, else the cheapest eligible.
   AllreduceAlgo choose(size_t bytes) const;
   /// The same for device buffers: hierarchical whenever eligible (the intra-node phases run on the GPUs and only

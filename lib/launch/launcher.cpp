@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
 
 #ifdef HIERCOLL_WITH_PMIX
@@ -74,7 +75,8 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
   // The fence makes rank 0's value visible to all; bounded so a rank that never comes cannot hang the others.
   pmix_info_t info[2];
   bool collect = true;
-  int seconds = static_cast<int>(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+  int seconds =
+      static_cast<int>(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
   PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
   PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
   pmix_status_t rc = PMIx_Fence(nullptr, 0, info, 2);
@@ -98,7 +100,8 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
 }
 
 std::string reachable_address() {
-  const char* wanted = std::getenv("HIERCOLL_SOCKET_IFNAME");
+  const std::string ifname = base::Settings::from_env().socket_ifname;
+  const char* wanted = ifname.empty() ? nullptr : ifname.c_str();
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "127.0.0.1";
   std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owned(list, freeifaddrs);
@@ -110,7 +113,8 @@ std::string reachable_address() {
     return text;
   }
   if (wanted) {
-    throw InvalidUsageError(std::string("HIERCOLL_SOCKET_IFNAME=") + wanted + ": no such interface with an IPv4 address");
+    throw InvalidUsageError(std::string("HIERCOLL_SOCKET_IFNAME=") + wanted +
+                            ": no such interface with an IPv4 address");
   }
   return "127.0.0.1";
 }

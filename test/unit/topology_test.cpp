@@ -42,7 +42,7 @@ TEST_CASE("interleaved and irregular layouts are grouped by first appearance", "
 }
 
 TEST_CASE("the cost model picks recursive doubling small, hierarchical large on several nodes", "[select]") {
-  algo::CostModel model;
+  algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
   model.net = {30, 1.0};
   model.shm = {2, 20.0};  // shared memory much faster than the network, as on a real node
   Layout two_by_two = Layout::from_node_ids(nodes(2, 2), 0);

@@ -1,5 +1,5 @@
 // Picks the kernel table for this CPU once, and checks arguments before any kernel runs.
-#include "core/env.hpp"
+#include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
 #include "reduce/cpu/half.hpp"
 #include "reduce/cpu/kernel_table.hpp"
@@ -29,14 +29,10 @@ const KernelTable& table_for(Isa isa) {
 
 Isa choose_isa() {
   Isa best = isa_supported(Isa::kAvx512) ? Isa::kAvx512 : isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
-  auto wanted = core::env_string("HIERCOLL_CPU_ISA");
-  if (!wanted) return best;
-  Isa requested;
-  if (*wanted == "scalar") requested = Isa::kScalar;
-  else if (*wanted == "avx2") requested = Isa::kAvx2;
-  else if (*wanted == "avx512") requested = Isa::kAvx512;
-  else throw InvalidUsageError("HIERCOLL_CPU_ISA='" + *wanted + "' is not scalar, avx2 or avx512");
-  if (!isa_supported(requested)) throw InvalidUsageError("HIERCOLL_CPU_ISA=" + *wanted + ": this CPU lacks it");
+  const std::string& wanted = base::process_settings().cpu_isa;  // validated there
+  if (wanted.empty()) return best;
+  Isa requested = wanted == "scalar" ? Isa::kScalar : wanted == "avx2" ? Isa::kAvx2 : Isa::kAvx512;
+  if (!isa_supported(requested)) throw InvalidUsageError("HIERCOLL_CPU_ISA=" + wanted + ": this CPU lacks it");
   return requested;
 }
 

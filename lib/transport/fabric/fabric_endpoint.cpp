@@ -14,7 +14,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 #include "transport/mr_cache.hpp"
 #include "transport/transport.hpp"

@@ -2,7 +2,7 @@
 // HIERCOLL_DEBUG=WARN (default) | INFO | TRACE, printed to stderr as "host:pid [rank] HIERCOLL INFO ...".
 #include <sstream>
 
-namespace hiercoll::core {
+namespace hiercoll::base {
 
 enum class LogLevel { kWarn = 1, kInfo = 2, kTrace = 3 };
 
@@ -11,13 +11,13 @@ LogLevel log_level();
 void set_log_rank(int rank);
 void log_line(LogLevel level, const std::string& message);
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::base
 
 #define HIERCOLL_LOG(level, expr)                                                                \
   do {                                                                                           \
-    if (::hiercoll::core::log_level() >= ::hiercoll::core::LogLevel::level) {                    \
+    if (::hiercoll::base::log_level() >= ::hiercoll::base::LogLevel::level) {                    \
       std::ostringstream hiercoll_log_stream_;                                                   \
       hiercoll_log_stream_ << expr;                                                              \
-      ::hiercoll::core::log_line(::hiercoll::core::LogLevel::level, hiercoll_log_stream_.str()); \
+      ::hiercoll::base::log_line(::hiercoll::base::LogLevel::level, hiercoll_log_stream_.str()); \
     }                                                                                            \
   } while (0)

@@ -1,6 +1,6 @@
 #include "hiercoll/errors.hpp"
 
-#include "core/failure.hpp"
+#include "base/failure.hpp"
 #include "hiercoll/types.hpp"
 #include "hiercoll/version.hpp"
 
@@ -67,7 +67,7 @@ const char* to_string(ReduceOp op) {
   return "unknown";
 }
 
-void core::throw_failure(const Failure& failure) {
+void base::throw_failure(const Failure& failure) {
   switch (failure.code) {
     case ErrorCode::kInvalidUsage: throw InvalidUsageError(failure.message);
     case ErrorCode::kTimeout: throw TimeoutError(failure.message);

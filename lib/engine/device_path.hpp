@@ -25,7 +25,7 @@
 #include "algo/network_stage.hpp"
 #include "device/queue.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::engine {
 
 /// Where a buffer lives.
 struct Location {
@@ -81,4 +81,4 @@ class DevicePath {
   virtual void abort() = 0;
 };
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::engine

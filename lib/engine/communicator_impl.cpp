@@ -1,4 +1,4 @@
-#include "core/communicator_impl.hpp"
+#include "engine/communicator_impl.hpp"
 
 #include <unistd.h>
 
@@ -8,12 +8,11 @@
 
 #include "algo/algorithms.hpp"
 #include "algo/background.hpp"
-#include "core/env.hpp"
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 #include "reduce/reduce.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::engine {
 
 std::string describe_op(const algo::OpDescriptor& d) {
   static const char* kNames[] = {"?",         "allreduce", "reduce_scatter", "allgather",
@@ -56,7 +55,11 @@ std::string missing_ranks(Store& store, int size) {
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
-    : rank_(rank), size_(size), options_(std::move(options)), timeout_ms_(options_.timeout.count()) {
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      settings_(base::Settings::from_env()),
+      timeout_ms_(options_.timeout.count()) {
   if (!store) throw InvalidUsageError("Communicator::create: store is null");
   if (size < 1 || size > algo::kMaxWorldRanks) {
     throw InvalidUsageError("Communicator::create: size " + std::to_string(size) + " is outside 1.." +
@@ -67,23 +70,17 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                             std::to_string(size - 1));
   }
   if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
-  set_log_rank(rank);
+  base::set_log_rank(rank);
 
-  algo_config_.chunk_bytes = env_bytes("HIERCOLL_CHUNK_BYTES", algo_config_.chunk_bytes);
-  algo_config_.slots = static_cast<int>(env_int("HIERCOLL_PIPELINE_SLOTS", algo_config_.slots));
-  if (algo_config_.chunk_bytes == 0 || algo_config_.slots < 1) {
-    throw InvalidUsageError("HIERCOLL_CHUNK_BYTES and HIERCOLL_PIPELINE_SLOTS must be positive");
-  }
-  cost_model_ = algo::CostModel::from_env();
-  device_piece_bytes_ = env_bytes("HIERCOLL_CUDA_PIECE_BYTES", device_piece_bytes_);
-  if (device_piece_bytes_ < 4096) throw InvalidUsageError("HIERCOLL_CUDA_PIECE_BYTES must be at least 4096");
-  check_collectives_ = env_int("HIERCOLL_CHECK_COLLECTIVES", 0) != 0 || env_string("HIERCOLL_DEBUG") == "DETAIL";
+  algo_config_.chunk_bytes = settings_.chunk_bytes;
+  algo_config_.slots = settings_.pipeline_slots;
+  cost_model_ = algo::CostModel::from(settings_);
 
   transport::FabricOptions fabric;
   fabric.provider = options_.provider;
-  fabric.interface = env_string("HIERCOLL_FABRIC_IFACE").value_or("");
-  fabric.force_mr = env_int("HIERCOLL_FABRIC_FORCE_MR", 0) != 0;
-  fabric.mr_cache_entries = static_cast<size_t>(env_int("HIERCOLL_MR_CACHE_ENTRIES", 64));
+  fabric.interface = settings_.fabric_iface;
+  fabric.force_mr = settings_.fabric_force_mr;
+  fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   endpoint_ = transport::open_fabric_endpoint(fabric);
 
   for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
@@ -120,7 +117,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 
 void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   // The node identity is published first: once a rank's address is there, so is its node.
-  std::string node_id = env_string("HIERCOLL_NODE_ID").value_or("");
+  std::string node_id = settings_.node_id;
   if (node_id.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -172,7 +169,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
                                             cost_model_.shm_piece_bytes);
     }
     host_memory_.peers = arena_.get();
-    if (env_int("HIERCOLL_NET_STAGING", 0) != 0 && layout_.node_count > 1) {
+    if (settings_.net_staging && layout_.node_count > 1) {
       // The inter-node phase works on buffers of ours rather than on the caller's: on providers that register
       // memory (EFA), these are registered once instead of every caller buffer. It is the device path's flow.
       const size_t bytes = cost_model_.shm_piece_bytes / static_cast<size_t>(layout_.local_size) + 128;
@@ -184,7 +181,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     network_worker_ = std::make_unique<algo::BackgroundWorker>();
     hierarchy_.network = network_worker_.get();
   }
-  selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready);
+  selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready, settings_.algo);
 }
 
 CommunicatorImpl::~CommunicatorImpl() { stop_progress(); }
@@ -235,7 +232,7 @@ Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescri
   op.what = what;
   op.run = [this, what, descriptor, body = std::move(body)](const std::shared_ptr<WorkState>&) {
     algo::Channel channel = next_channel(what);
-    if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);
+    if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
     body(channel);
   };
   return push(std::move(op));
@@ -265,7 +262,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   // host halves, and tickets must be published in the order they are handed out.
   std::lock_guard<std::mutex> lock(device_mutex_);
   if (!device_) {
-    std::atomic_store(&device_, std::shared_ptr<DevicePath>(DevicePath::create(device, device_piece_bytes_)));
+    std::atomic_store(&device_, std::shared_ptr<DevicePath>(DevicePath::create(device, settings_.cuda_piece_bytes)));
   }
   if (device_->device() != device) {
     throw InvalidUsageError(what + ": buffers on CUDA device " + std::to_string(device) +
@@ -291,7 +288,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   op.run = [this, what, descriptor, path, ticket, host_half = std::move(host_half)](const std::shared_ptr<WorkState>&) {
     algo::Channel channel = next_channel(what);
     try {
-      if (check_collectives_) algo::check_agreement(channel, descriptor, describe_op);
+      if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
       if (host_half) host_half(channel);
       path->wait_done(ticket, {channel.deadline(), &aborted_, channel.what()});
     } catch (...) {
@@ -342,12 +339,12 @@ Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
 }
 
 void CommunicatorImpl::run_op(Op& op) {
-  std::optional<Failure> failure;
+  std::optional<base::Failure> failure;
   if (aborted_) {
-    failure = Failure{ErrorCode::kRemoteError, op.what + ": the communicator was aborted"};
+    failure = base::Failure{ErrorCode::kRemoteError, op.what + ": the communicator was aborted"};
   } else if (!broken_.empty()) {
-    failure =
-        Failure{ErrorCode::kRemoteError, op.what + ": the communicator is broken by an earlier error: " + broken_};
+    failure = base::Failure{ErrorCode::kRemoteError,
+                            op.what + ": the communicator is broken by an earlier error: " + broken_};
   }
   if (failure && op.skipped) {
     try {
@@ -360,9 +357,9 @@ void CommunicatorImpl::run_op(Op& op) {
     try {
       op.run(op.state);
     } catch (const Error& e) {
-      failure = Failure::of(e);
+      failure = base::Failure::of(e);
     } catch (const std::exception& e) {
-      failure = Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
+      failure = base::Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
     }
     if (failure) {
       broken_ = failure->message;
@@ -378,23 +375,23 @@ void CommunicatorImpl::run_op(Op& op) {
 void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
   auto now = algo::Clock::now();
   for (auto it = p2p_.begin(); it != p2p_.end();) {
-    std::optional<Failure> failure;
+    std::optional<base::Failure> failure;
     bool finished = it->request->done();
     if (finished) {
       try {
         algo::check_request(*it->request, it->peer, it->what);
       } catch (const Error& e) {
-        failure = Failure::of(e);
+        failure = base::Failure::of(e);
       }
     } else if (all_failed) {
-      failure = Failure{ErrorCode::kRemoteError, it->what + ": " + reason};
+      failure = base::Failure{ErrorCode::kRemoteError, it->what + ": " + reason};
       finished = true;
     } else if (now >= it->deadline) {
       const std::string within = " within " + std::to_string(timeout().count()) + " ms";
-      failure = Failure{ErrorCode::kTimeout, it->what + ": " +
-                                                 (it->peer < 0 ? "no rank sent a matching message" + within
-                                                               : "rank " + std::to_string(it->peer) +
-                                                                     " did not match it" + within)};
+      failure = base::Failure{ErrorCode::kTimeout,
+                              it->what + ": " +
+                                  (it->peer < 0 ? "no rank sent a matching message" + within
+                                                : "rank " + std::to_string(it->peer) + " did not match it" + within)};
       finished = true;
     }
     if (finished) {
@@ -434,4 +431,4 @@ void CommunicatorImpl::progress_loop() {
   }
 }
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::engine

@@ -10,17 +10,18 @@
 #include "algo/algorithms.hpp"
 #include "algo/hierarchy.hpp"
 #include "algo/network_stage.hpp"
-#include "core/communicator_impl.hpp"
-#include "core/env.hpp"
+#include "base/env.hpp"
+#include "base/settings.hpp"
+#include "engine/communicator_impl.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll {
 namespace {
 
-using core::CommunicatorImpl;
-using core::DevicePath;
-using core::locate;
-using core::Location;
+using engine::CommunicatorImpl;
+using engine::DevicePath;
+using engine::locate;
+using engine::Location;
 
 std::string describe(const char* op, size_t count, DataType type) {
   std::ostringstream out;
@@ -86,7 +87,7 @@ void check_host(const char* op, const void* buffer, size_t bytes) {
 }
 
 // What ranks compare before a collective when the mismatch check is on (HIERCOLL_DEBUG=DETAIL).
-algo::OpDescriptor op_descriptor(core::OpKind kind, size_t count, DataType type, ReduceOp op = ReduceOp::kSum,
+algo::OpDescriptor op_descriptor(engine::OpKind kind, size_t count, DataType type, ReduceOp op = ReduceOp::kSum,
                                  int root = -1) {
   return {kind, static_cast<uint32_t>(type), static_cast<uint32_t>(op), root, count};
 }
@@ -94,13 +95,14 @@ algo::OpDescriptor op_descriptor(core::OpKind kind, size_t count, DataType type,
 }  // namespace
 
 CommOptions CommOptions::from_env() {
+  const base::Settings settings = base::Settings::from_env();
   CommOptions options;
-  options.timeout = std::chrono::milliseconds(core::env_int("HIERCOLL_TIMEOUT_MS", options.timeout.count()));
-  options.provider = core::env_string("HIERCOLL_FABRIC_PROVIDER").value_or("");
+  options.timeout = std::chrono::milliseconds(settings.timeout_ms);
+  options.provider = settings.fabric_provider;
   return options;
 }
 
-Communicator::Communicator(std::unique_ptr<core::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(std::unique_ptr<engine::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
 Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
@@ -156,7 +158,7 @@ algo::NetworkStage::Job issue_staged(const algo::Issue& issue, DevicePath& path,
   return stage.host_half();
 }
 
-using DeviceIssue = core::CommunicatorImpl::DeviceIssue;
+using DeviceIssue = engine::CommunicatorImpl::DeviceIssue;
 
 // Runs a collective: on host buffers `host_body` on the progress thread; on device buffers `device_issue`, or
 // without one `host_body` on staged copies (see device_path.hpp for what runs where).
@@ -206,7 +208,7 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
                      (on_device ? ", device" : "") + "]";
   algo::Hierarchy* hierarchy = &impl_->hierarchy();
   algo::NodeMemory* host_memory = &impl_->host_memory();
-  core::CommunicatorImpl* impl = impl_.get();
+  engine::CommunicatorImpl* impl = impl_.get();
   HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
     switch (algo) {
       case algo::AllreduceAlgo::kRing: algo::allreduce_ring(ch, from, to, count, type, op); break;
@@ -229,7 +231,7 @@ Work Communicator::allreduce(const void* in, void* out, size_t count, DataType t
       return network.host_half();
     };
   }
-  return run(*impl_, location, what, op_descriptor(core::kOpAllreduce, count, type, op), buffers, options, host,
+  return run(*impl_, location, what, op_descriptor(engine::kOpAllreduce, count, type, op), buffers, options, host,
              device);
 }
 
@@ -242,7 +244,7 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   check_buffer("reduce_scatter", "output", out, out_bytes, type);
   check_overlap("reduce_scatter", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) - static_cast<size_t>(rank()) * out_bytes);
-  core::CommunicatorImpl* impl = impl_.get();
+  engine::CommunicatorImpl* impl = impl_.get();
   std::string what = describe("reduce_scatter", recv_count, type) + " " + to_string(op);
   HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
     algo::reduce_scatter_ring(ch, from, to, recv_count, type, op);
@@ -260,7 +262,7 @@ Work Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, 
   }
   const Buffers buffers{in, in_bytes, out, out_bytes};
   return run(*impl, device_of("reduce_scatter", buffers), what,
-             op_descriptor(core::kOpReduceScatter, recv_count, type, op), buffers, options, host, device);
+             op_descriptor(engine::kOpReduceScatter, recv_count, type, op), buffers, options, host, device);
 }
 
 Work Communicator::allgather(const void* in, void* out, size_t send_count, DataType type, const CallOptions& options) {
@@ -270,7 +272,7 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
   check_buffer("allgather", "output", out, out_bytes, type);
   check_overlap("allgather", in, in_bytes, out, out_bytes,
                 static_cast<const uint8_t*>(out) + static_cast<size_t>(rank()) * in_bytes);
-  core::CommunicatorImpl* impl = impl_.get();
+  engine::CommunicatorImpl* impl = impl_.get();
   std::string what = describe("allgather", send_count, type);
   HostBody host = [=](algo::Channel& ch, const void* from, void* to) {
     algo::allgather_ring(ch, from, to, send_count, type);
@@ -287,8 +289,8 @@ Work Communicator::allgather(const void* in, void* out, size_t send_count, DataT
     };
   }
   const Buffers buffers{in, in_bytes, out, out_bytes};
-  return run(*impl, device_of("allgather", buffers), what, op_descriptor(core::kOpAllgather, send_count, type), buffers,
-             options, host, device);
+  return run(*impl, device_of("allgather", buffers), what, op_descriptor(engine::kOpAllgather, send_count, type),
+             buffers, options, host, device);
 }
 
 Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
@@ -301,7 +303,7 @@ Work Communicator::broadcast(const void* in, void* out, size_t count, DataType t
   const Buffers buffers{in, rank() == root ? bytes : 0, out, bytes};
   return run(*impl_, device_of("broadcast", buffers),
              describe("broadcast", count, type) + " root " + std::to_string(root),
-             op_descriptor(core::kOpBroadcast, count, type, ReduceOp::kSum, root), buffers, options,
+             op_descriptor(engine::kOpBroadcast, count, type, ReduceOp::kSum, root), buffers, options,
              [=](algo::Channel& ch, const void* from, void* to) { algo::broadcast_chain(ch, from, to, bytes, root); });
 }
 
@@ -319,7 +321,7 @@ Work Communicator::reduce(const void* in, void* out, size_t count, DataType type
   return run(
       *impl_, device_of("reduce", buffers),
       describe("reduce", count, type) + " " + to_string(op) + " root " + std::to_string(root),
-      op_descriptor(core::kOpReduce, count, type, op, root), buffers, options,
+      op_descriptor(engine::kOpReduce, count, type, op, root), buffers, options,
       [=](algo::Channel& ch, const void* from, void* to) { algo::reduce_chain(ch, from, to, count, type, op, root); });
 }
 
@@ -332,12 +334,12 @@ Work Communicator::alltoall(const void* in, void* out, size_t count_per_rank, Da
   check_overlap("alltoall", in, bytes, out, bytes, out);
   const Buffers buffers{in, bytes, out, bytes};
   return run(*impl_, device_of("alltoall", buffers), describe("alltoall", count_per_rank, type),
-             op_descriptor(core::kOpAlltoall, count_per_rank, type), buffers, options,
+             op_descriptor(engine::kOpAlltoall, count_per_rank, type), buffers, options,
              [=](algo::Channel& ch, const void* from, void* to) { algo::alltoall_pairwise(ch, from, to, block); });
 }
 
 Work Communicator::barrier() {
-  return impl_->enqueue_collective("barrier", {core::kOpBarrier},
+  return impl_->enqueue_collective("barrier", {engine::kOpBarrier},
                                    [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
 }
 
@@ -377,7 +379,7 @@ void Communicator::abort() { impl_->abort(); }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) { impl_->set_timeout(timeout); }
 
-bool Communicator::device_buffers_supported() { return core::device_path_built(); }
+bool Communicator::device_buffers_supported() { return engine::device_path_built(); }
 
 std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers) const {
   return algo::to_string(impl_->choose_allreduce(bytes, device_buffers));

@@ -1,4 +1,4 @@
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 #include <unistd.h>
 
@@ -6,17 +6,22 @@
 #include <cstdio>
 #include <string>
 
-#include "core/env.hpp"
+#include "base/settings.hpp"
+#include "hiercoll/errors.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::base {
 namespace {
 std::atomic<int> g_log_rank{-1};
 
 LogLevel read_level() {
-  auto value = env_string("HIERCOLL_DEBUG");
-  if (!value) return LogLevel::kWarn;
-  if (*value == "INFO" || *value == "DETAIL") return LogLevel::kInfo;  // DETAIL also turns on the mismatch check
-  if (*value == "TRACE") return LogLevel::kTrace;
+  std::string value;
+  try {
+    value = process_settings().debug;
+  } catch (const Error&) {
+    return LogLevel::kWarn;  // a malformed HIERCOLL_DEBUG: logging must not throw; the communicator reports it
+  }
+  if (value == "INFO" || value == "DETAIL") return LogLevel::kInfo;  // DETAIL also turns on the mismatch check
+  if (value == "TRACE") return LogLevel::kTrace;
   return LogLevel::kWarn;
 }
 }  // namespace
@@ -40,4 +45,4 @@ void log_line(LogLevel level, const std::string& message) {
                message.c_str());
 }
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::base

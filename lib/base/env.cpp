@@ -1,10 +1,10 @@
-#include "core/env.hpp"
+#include "base/env.hpp"
 
 #include <cstdlib>
 
 #include "hiercoll/errors.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::base {
 
 std::optional<std::string> env_string(const char* name) {
   const char* value = std::getenv(name);
@@ -41,4 +41,4 @@ uint64_t env_bytes(const char* name, uint64_t fallback) {
   return text ? parse_bytes(*text, name) : fallback;
 }
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::base

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-namespace hiercoll::core {
+namespace hiercoll::base {
 
 std::optional<std::string> env_string(const char* name);
 int64_t env_int(const char* name, int64_t fallback);
@@ -14,4 +14,4 @@ uint64_t env_bytes(const char* name, uint64_t fallback);
 /// Parses "64M"-style sizes; throws InvalidUsageError mentioning `what` on bad input.
 uint64_t parse_bytes(const std::string& text, const std::string& what);
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::base

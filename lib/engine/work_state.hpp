@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "core/failure.hpp"
+#include "base/failure.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::engine {
 
 /// For operations on device buffers: how Work::wait() orders the caller's stream after the operation.
 struct StreamOrder {
@@ -26,10 +26,10 @@ struct WorkState {
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
-  std::optional<Failure> failure;
+  std::optional<base::Failure> failure;
   int source = -1;  // receives: the sender's rank
 
-  void finish(std::optional<Failure> result = std::nullopt, int from = -1) {
+  void finish(std::optional<base::Failure> result = std::nullopt, int from = -1) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       done = true;
@@ -40,4 +40,4 @@ struct WorkState {
   }
 };
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::engine

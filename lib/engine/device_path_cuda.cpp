@@ -6,13 +6,13 @@
 #include <mutex>
 #include <vector>
 
-#include "core/device_path.hpp"
+#include "engine/device_path.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_queue.hpp"
 #include "device/cuda/pinned_buffer.hpp"
 #include "transport/cuda/ipc_peer_memory.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::engine {
 
 using device::cuda::check;
 using device::cuda::DeviceGuard;
@@ -175,4 +175,4 @@ std::unique_ptr<DevicePath> DevicePath::create(int device, size_t piece_bytes) {
   return std::make_unique<CudaDevicePath>(device, piece_bytes);
 }
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::engine

@@ -6,7 +6,7 @@
 
 #include "hiercoll/errors.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::base {
 
 struct Failure {
   ErrorCode code;
@@ -17,4 +17,4 @@ struct Failure {
 /// Throws the hiercoll::Error subclass that matches `failure.code`.
 [[noreturn]] void throw_failure(const Failure& failure);
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::base

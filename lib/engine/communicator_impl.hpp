@@ -17,15 +17,16 @@
 #include "algo/channel.hpp"
 #include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
-#include "core/device_path.hpp"
-#include "core/work_state.hpp"
+#include "base/settings.hpp"
 #include "device/host_queue.hpp"
+#include "engine/device_path.hpp"
+#include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
 #include "transport/shm/node_arena.hpp"
 #include "transport/transport.hpp"
 
-namespace hiercoll::core {
+namespace hiercoll::engine {
 
 /// Collective kinds, as the mismatch check names them.
 enum OpKind : uint32_t {
@@ -110,11 +111,11 @@ class CommunicatorImpl {
 
   int rank_, size_;
   CommOptions options_;
+  const base::Settings settings_;  // every knob, read once when the communicator is made
   uint16_t context_ = 0;
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
   algo::CostModel cost_model_;
-  bool check_collectives_ = false;  // HIERCOLL_CHECK_COLLECTIVES=1 or HIERCOLL_DEBUG=DETAIL
   std::unique_ptr<algo::AllreduceSelector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;
@@ -126,7 +127,6 @@ class CommunicatorImpl {
   std::mutex device_mutex_;  // one issuer of device work at a time; guards device_tickets_ and writes of device_
   std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call; abort() reads it with atomic_load
   uint64_t device_tickets_ = 0;
-  size_t device_piece_bytes_ = 4 << 20;  // HIERCOLL_CUDA_PIECE_BYTES
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<transport::Endpoint> endpoint_;
@@ -144,4 +144,4 @@ class CommunicatorImpl {
   std::thread thread_;
 };
 
-}  // namespace hiercoll::core
+}  // namespace hiercoll::engine

@@ -1,4 +1,4 @@
-#include "core/work_state.hpp"
+#include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 
@@ -16,7 +16,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
       if (state_->done) {
-        if (state_->failure) core::throw_failure(*state_->failure);
+        if (state_->failure) base::throw_failure(*state_->failure);
         return;  // the result is in device memory already: nothing left to order
       }
     }
@@ -35,7 +35,7 @@ void Work::synchronize(std::chrono::milliseconds timeout) const {
   } else if (!state_->done_cv.wait_for(lock, timeout, finished)) {
     throw TimeoutError("Work::wait: the operation did not finish within " + std::to_string(timeout.count()) + " ms");
   }
-  if (state_->failure) core::throw_failure(*state_->failure);
+  if (state_->failure) base::throw_failure(*state_->failure);
 }
 
 bool Work::wait_for(std::chrono::microseconds timeout) const {
@@ -55,7 +55,7 @@ std::exception_ptr Work::error() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (!state_->failure) return nullptr;
   try {
-    core::throw_failure(*state_->failure);
+    base::throw_failure(*state_->failure);
   } catch (...) {
     return std::current_exception();
   }

@@ -8,8 +8,8 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "core/env.hpp"
-#include "core/log.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 #include "launch/launcher.hpp"
@@ -22,7 +22,7 @@ const std::string kJobStorePrefix = "file:///tmp/hiercoll-store-";
 
 int first_int(std::initializer_list<const char*> names, const char* what) {
   for (const char* name : names) {
-    if (core::env_string(name)) return static_cast<int>(core::env_int(name, -1));
+    if (base::env_string(name)) return static_cast<int>(base::env_int(name, -1));
   }
   std::string tried;
   for (const char* name : names) tried += std::string(tried.empty() ? "" : ", ") + name;
@@ -33,13 +33,13 @@ int first_int(std::initializer_list<const char*> names, const char* what) {
 // Slurm without PMIx: the job's first node serves, on MASTER_PORT or a port derived from the job id (so that two
 // jobs sharing a node do not collide), as PyTorch Lightning and others do.
 std::optional<std::string> slurm_address() {
-  auto job = core::env_string("SLURM_JOB_ID");
-  auto nodes = core::env_string("SLURM_STEP_NODELIST");
-  if (!nodes) nodes = core::env_string("SLURM_JOB_NODELIST");
+  auto job = base::env_string("SLURM_JOB_ID");
+  auto nodes = base::env_string("SLURM_STEP_NODELIST");
+  if (!nodes) nodes = base::env_string("SLURM_JOB_NODELIST");
   if (!job || !nodes) return std::nullopt;
   auto host = launch::first_host_of(*nodes);
   if (!host) throw InvalidUsageError("rendezvous_from_env: cannot read Slurm's node list '" + *nodes + "'");
-  int64_t port = core::env_int("MASTER_PORT", 20000 + std::atoll(job->c_str()) % 20000);
+  int64_t port = base::env_int("MASTER_PORT", 20000 + std::atoll(job->c_str()) % 20000);
   return *host + ":" + std::to_string(port);
 }
 
@@ -79,9 +79,9 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
                             " is not a valid pair");
   }
   auto job_store = [&](const std::string& url) { return Rendezvous{rank, size, open_store(url, rank, timeout)}; };
-  if (auto url = core::env_string("HIERCOLL_STORE")) return job_store(*url);
-  auto addr = core::env_string("MASTER_ADDR");
-  auto port = core::env_string("MASTER_PORT");
+  if (auto url = base::env_string("HIERCOLL_STORE")) return job_store(*url);
+  auto addr = base::env_string("MASTER_ADDR");
+  auto port = base::env_string("MASTER_PORT");
   if (addr && port) return job_store("tcp://" + *addr + ":" + *port);
 
   if (launch::pmix_available()) {
@@ -102,7 +102,7 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   }
   // mpirun without PMIx: all ranks on one host share a file store named after the job.
   for (const char* job : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-    if (auto id = core::env_string(job)) {
+    if (auto id = base::env_string(job)) {
       for (char& c : *id) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return {rank, size, std::make_shared<FileStore>(kJobStorePrefix.substr(7) + *id, timeout, rank == 0)};
     }

@@ -1,0 +1,148 @@
+#include "base/settings.hpp"
+
+#include <cstdlib>
+#include <functional>
+
+#include "base/env.hpp"
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll::base {
+
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> list = {
+      {"HIERCOLL_DEBUG", "WARN"},
+      {"HIERCOLL_CHECK_COLLECTIVES", "0"},
+      {"HIERCOLL_ALGO", ""},
+      {"HIERCOLL_NODE_ID", ""},
+      {"HIERCOLL_NET_BW_GBPS", "1"},
+      {"HIERCOLL_NET_LAT_US", "30"},
+      {"HIERCOLL_SHM_BW_GBPS", "4"},
+      {"HIERCOLL_SHM_LAT_US", "5"},
+      {"HIERCOLL_SHM_PIECE_BYTES", "2M"},
+      {"HIERCOLL_NET_STAGING", "0"},
+      {"HIERCOLL_CUDA_PIECE_BYTES", "4M"},
+      {"HIERCOLL_CHUNK_BYTES", "1M"},
+      {"HIERCOLL_PIPELINE_SLOTS", "4"},
+      {"HIERCOLL_TIMEOUT_MS", "1800000"},
+      {"HIERCOLL_FABRIC_PROVIDER", ""},
+      {"HIERCOLL_FABRIC_IFACE", ""},
+      {"HIERCOLL_SOCKET_IFNAME", ""},
+      {"HIERCOLL_FABRIC_FORCE_MR", "0"},
+      {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
+      {"HIERCOLL_CPU_ISA", ""},
+  };
+  return list;
+}
+
+namespace {
+
+// Each knob's text: the environment's when `use_env` and set, else its declared default.
+class Reader {
+ public:
+  explicit Reader(bool use_env) : use_env_(use_env) {}
+
+  std::string text(const char* name) const {
+    if (use_env_) {
+      if (auto value = env_string(name)) return *value;
+    }
+    for (const Knob& knob : knobs()) {
+      if (std::string(knob.name) == name) return knob.fallback;
+    }
+    throw InternalError(std::string("setting ") + name + " is not declared in knobs()");
+  }
+  bool set(const char* name) const { return use_env_ && env_string(name).has_value(); }
+
+  std::string one_of(const char* name, std::initializer_list<const char*> allowed) const {
+    std::string value = text(name);
+    if (value.empty()) return value;
+    std::string list;
+    for (const char* a : allowed) {
+      if (value == a) return value;
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    throw InvalidUsageError(std::string(name) + "='" + value + "' is not one of: " + list);
+  }
+
+  int64_t integer(const char* name, int64_t min) const {
+    std::string value = text(name);
+    char* end = nullptr;
+    long long parsed = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0')
+      throw InvalidUsageError(std::string(name) + "='" + value + "' is not an integer");
+    if (parsed < min) {
+      throw InvalidUsageError(std::string(name) + "=" + value + " is below its minimum " + std::to_string(min));
+    }
+    return parsed;
+  }
+  bool flag(const char* name) const { return integer(name, 0) != 0; }
+
+  double positive(const char* name) const {
+    std::string value = text(name);
+    char* end = nullptr;
+    double parsed = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !(parsed > 0)) {
+      throw InvalidUsageError(std::string(name) + "='" + value + "' is not a positive number");
+    }
+    return parsed;
+  }
+
+  uint64_t bytes(const char* name, uint64_t min) const {
+    uint64_t parsed = parse_bytes(text(name), name);
+    if (parsed < min) {
+      throw InvalidUsageError(std::string(name) + "=" + text(name) + " is below its minimum of " + std::to_string(min) +
+                              " bytes");
+    }
+    return parsed;
+  }
+
+ private:
+  bool use_env_;
+};
+
+// The process-wide knobs.
+void read_process(const Reader& r, Settings& s) {
+  s.debug = r.one_of("HIERCOLL_DEBUG", {"VERSION", "WARN", "INFO", "DETAIL", "TRACE"});
+  s.cpu_isa = r.one_of("HIERCOLL_CPU_ISA", {"scalar", "avx2", "avx512"});
+}
+
+Settings read(bool use_env) {
+  const Reader r(use_env);
+  Settings s;
+  read_process(r, s);
+  s.check_collectives = r.flag("HIERCOLL_CHECK_COLLECTIVES") || s.debug == "DETAIL";
+  s.algo = r.one_of("HIERCOLL_ALGO", {"ring", "rd", "hier"});
+  s.node_id = r.text("HIERCOLL_NODE_ID");
+  s.net_bw_gbps = r.positive("HIERCOLL_NET_BW_GBPS");
+  s.net_lat_us = r.positive("HIERCOLL_NET_LAT_US");
+  s.shm_bw_gbps = r.positive("HIERCOLL_SHM_BW_GBPS");
+  s.shm_lat_us = r.positive("HIERCOLL_SHM_LAT_US");
+  s.shm_piece_bytes = r.bytes("HIERCOLL_SHM_PIECE_BYTES", 4096);
+  s.net_staging = r.flag("HIERCOLL_NET_STAGING");
+  s.cuda_piece_bytes = r.bytes("HIERCOLL_CUDA_PIECE_BYTES", 4096);
+  s.chunk_bytes = r.bytes("HIERCOLL_CHUNK_BYTES", 1);
+  s.pipeline_slots = static_cast<int>(r.integer("HIERCOLL_PIPELINE_SLOTS", 1));
+  s.timeout_ms = r.integer("HIERCOLL_TIMEOUT_MS", 1);
+  s.timeout_from_env = r.set("HIERCOLL_TIMEOUT_MS");
+  s.fabric_provider = r.text("HIERCOLL_FABRIC_PROVIDER");
+  s.fabric_iface = r.text("HIERCOLL_FABRIC_IFACE");
+  s.socket_ifname = r.text("HIERCOLL_SOCKET_IFNAME");
+  s.fabric_force_mr = r.flag("HIERCOLL_FABRIC_FORCE_MR");
+  s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
+  return s;
+}
+
+}  // namespace
+
+Settings Settings::from_env() { return read(true); }
+Settings Settings::defaults() { return read(false); }
+
+const Settings& process_settings() {
+  static const Settings settings = [] {
+    Settings s = Settings::defaults();
+    read_process(Reader(true), s);  // only these: a malformed communicator knob is the communicator's error
+    return s;
+  }();
+  return settings;
+}
+
+}  // namespace hiercoll::base

@@ -1,0 +1,55 @@
+#pragma once
+// Every tuning knob of hiercoll in one place: its variable, default and meaning are declared once (knobs(), the
+// list docs/tuning.md documents; a test checks the two agree) and read from the environment in one function,
+// Settings::from_env. A communicator reads them when it is made and passes them down; nothing below asks the
+// environment. HIERCOLL_DEBUG and HIERCOLL_CPU_ISA are process-wide (logging and the kernel table exist before any
+// communicator): process_settings() reads them once per process.
+//
+// The launch environment (rank, size and rendezvous from torchrun, mpirun, Slurm: RANK, MASTER_ADDR, ...) is not a
+// setting: the bootstrap reads it (engine/bootstrap.cpp, launch/).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hiercoll::base {
+
+struct Knob {
+  const char* name;
+  const char* fallback;  ///< the default, as text parsed like the variable; "" where the default is computed
+};
+
+/// The knobs of Settings, in docs/tuning.md's order.
+const std::vector<Knob>& knobs();
+
+struct Settings {
+  std::string debug;               ///< HIERCOLL_DEBUG: VERSION, WARN, INFO, DETAIL (INFO + mismatch check), TRACE
+  bool check_collectives = false;  ///< HIERCOLL_CHECK_COLLECTIVES, or HIERCOLL_DEBUG=DETAIL
+  std::string algo;                ///< HIERCOLL_ALGO: "" (cost model), ring, rd, hier
+  std::string node_id;             ///< HIERCOLL_NODE_ID: "" means the host name
+  double net_bw_gbps = 0, net_lat_us = 0, shm_bw_gbps = 0, shm_lat_us = 0;  ///< cost-model figures
+  uint64_t shm_piece_bytes = 0;                                             ///< HIERCOLL_SHM_PIECE_BYTES
+  bool net_staging = false;                                                 ///< HIERCOLL_NET_STAGING
+  uint64_t cuda_piece_bytes = 0;                                            ///< HIERCOLL_CUDA_PIECE_BYTES
+  uint64_t chunk_bytes = 0;                                                 ///< HIERCOLL_CHUNK_BYTES
+  int pipeline_slots = 0;                                                   ///< HIERCOLL_PIPELINE_SLOTS
+  int64_t timeout_ms = 0;                                                   ///< HIERCOLL_TIMEOUT_MS
+  bool timeout_from_env = false;  ///< whether HIERCOLL_TIMEOUT_MS was set (it then overrides a caller's timeout)
+  std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "" means efa, else tcp
+  std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: "" means the first non-loopback
+  std::string socket_ifname;      ///< HIERCOLL_SOCKET_IFNAME: "" means the first non-loopback with IPv4
+  bool fabric_force_mr = false;   ///< HIERCOLL_FABRIC_FORCE_MR
+  uint64_t mr_cache_entries = 0;  ///< HIERCOLL_MR_CACHE_ENTRIES
+  std::string cpu_isa;            ///< HIERCOLL_CPU_ISA: "" means the best the CPU has
+
+  /// Every knob from the environment, unset ones at their defaults. A malformed or out-of-range value throws
+  /// InvalidUsageError naming the variable.
+  static Settings from_env();
+  /// Every knob at its default, the environment ignored.
+  static Settings defaults();
+};
+
+/// What is process-wide (HIERCOLL_DEBUG, HIERCOLL_CPU_ISA), read from the environment the first time this is called
+/// (the other fields hold their defaults). Throws InvalidUsageError on a malformed value, and again on every call.
+const Settings& process_settings();
+
+}  // namespace hiercoll::base

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The layering of lib/ is enforced by the build: each layer compiles against build/lib/layers/<folder>/, a
+# directory of links to the folders it may see (lib/CMakeLists.txt). This test shows the enforcement works: for
+# every layer and every other folder that has a header, a file including that header must compile exactly when
+# the folder is below the layer in the architecture written down here (docs/design.md), and fail ("No such
+# file") when it is above or beside it.
+#   check.sh SOURCE_DIR BUILD_DIR CXX
+set -euo pipefail
+src=$1 build=$2 cxx=$3
+views=$build/lib/layers
+[ -d "$views/engine" ] || { echo "no layer views under $views"; exit 1; }
+declare -A below=(
+  [base]="" [store]="base" [topo]="base" [reduce]="base" [bucket]="base" [c_api]=""
+  [device]="base reduce" [transport]="base reduce device" [algo]="base reduce device transport topo"
+  [launch]="base store" [engine]="base store topo reduce device transport algo launch")
+failures=0 checks=0
+for view in "$views"/*/; do
+  layer=$(basename "$view")
+  for folder_dir in "$src"/lib/*/; do
+    folder=$(basename "$folder_dir")
+    header=$(cd "$folder_dir" && ls -1 *.hpp 2>/dev/null | head -1) || true
+    [ -n "$header" ] || continue
+    [ "$folder" = "$layer" ] && continue
+    [ -n "${below[$layer]+set}" ] || { echo "layer $layer is not in this test's architecture"; exit 1; }
+    expected=refused
+    [[ " ${below[$layer]} " == *" $folder "* ]] && expected=compiles
+    if echo "#include \"$folder/$header\"" | "$cxx" -std=c++17 -fsyntax-only -I "$view" -I "$src/include" \
+         -x c++ - 2>/dev/null; then got=compiles; else got=refused; fi
+    checks=$((checks + 1))
+    if [ "$got" != "$expected" ]; then
+      echo "layer $layer including $folder/$header: $got, expected $expected"
+      failures=$((failures + 1))
+    fi
+  done
+done
+echo "$checks layer/folder pairs checked, $failures wrong"
+[ "$failures" = 0 ] && [ "$checks" -gt 50 ]
