@@ -3,16 +3,23 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll_torch {
 
-WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs)
+WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      inputs_(std::move(inputs)),
+      tensors_(std::move(tensors)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void WorkHiercoll::settle_tensors(bool succeeded) {
+  CallTensors tensors = std::exchange(tensors_, {});  // let them go, whatever happens
+  if (!succeeded) return;
+  for (auto& [caller, written] : tensors.copy_back) caller.copy_(written);
+}
 
 void WorkHiercoll::complete(std::exception_ptr error) {
   finish(error);
@@ -54,6 +61,43 @@ std::exception_ptr as_torch_error(std::exception_ptr error, const char* what) {
   return error;
 }
 
+struct CompletionThread::State {
+  struct Waiting {
+    Pending pending;
+    size_t unfinished;  // operations still running, plus one until add() has registered every callback
+  };
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;  // the watching thread: a call is ready, or it is time to stop
+  std::condition_variable idle;  // drain() and quiesce(): settling or completing stopped
+  std::list<Waiting> waiting;    // issued, an operation still running
+  std::deque<Pending> ready;     // every operation finished, in the order the calls finished
+  std::optional<hiercoll::ErrorCode> first_failure;
+  bool stopping = false;
+  bool settling = false;  // the watching thread is inside settle(), outside the lock
+  bool quiesced = false;  // exit has begun: settle nothing more
+
+  // Runners: futures to complete, the threads completing them, how many wait for work and how many run one.
+  static constexpr size_t kMaxRunners = 64;
+  std::deque<std::pair<c10::intrusive_ptr<WorkHiercoll>, std::exception_ptr>> to_complete;
+  std::vector<std::thread> runners;
+  size_t idle_runners = 0;
+  size_t completing = 0;
+  std::condition_variable runner_wake;
+
+  bool nothing_pending() const { return waiting.empty() && ready.empty(); }
+
+  // One operation of the call at `call` finished. Notifies under the lock: once `waiting` is empty the
+  // CompletionThread may be destroyed, and nothing here may touch it after that.
+  void operation_finished(std::list<Waiting>::iterator call) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (--call->unfinished > 0) return;
+    ready.push_back(std::move(call->pending));
+    waiting.erase(call);
+    wake.notify_all();
+  }
+};
+
 namespace {
 std::mutex registry_mutex;
 std::vector<CompletionThread*>& registry() {
@@ -62,15 +106,18 @@ std::vector<CompletionThread*>& registry() {
 }
 }  // namespace
 
-CompletionThread::CompletionThread() : thread_([this] { run(); }) {
+CompletionThread::CompletionThread() : state_(std::make_shared<State>()), thread_([this] { run(); }) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   registry().push_back(this);
 }
 
 void CompletionThread::quiesce() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  quiesced_ = true;
-  idle_.wait(lock, [&] { return !settling_ && completing_ == 0; });
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.quiesced = true;
+  s.wake.notify_all();
+  s.runner_wake.notify_all();
+  s.idle.wait(lock, [&] { return !s.settling && s.completing == 0; });
 }
 
 void CompletionThread::quiesce_all() {
@@ -84,44 +131,57 @@ CompletionThread::~CompletionThread() {
     auto& threads = registry();
     threads.erase(std::remove(threads.begin(), threads.end(), this), threads.end());
   }
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
   }
-  wake_.notify_all();
-  thread_.join();  // settles every pending call first
-  runner_wake_.notify_all();
-  for (auto& runner : runners_) runner.join();  // after completing what is left
+  s.wake.notify_all();
+  thread_.join();  // settles every pending call first, unless the process is exiting
+  s.runner_wake.notify_all();
+  for (auto& runner : s.runners) runner.join();  // after completing what is left
+  std::lock_guard<std::mutex> lock(s.mutex);
+  // Exiting with calls unsettled: their callbacks may still fire, and the calls hold futures whose Python
+  // callbacks must not be released now (see quiesce). Keep the state for the rest of the process.
+  if (!s.nothing_pending()) new std::shared_ptr<State>(state_);
 }
 
 void CompletionThread::add(Pending pending) {
+  State& s = *state_;
+  std::list<State::Waiting>::iterator call;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(std::move(pending));
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const size_t operations = pending.works.size();
+    call = s.waiting.insert(s.waiting.end(), State::Waiting{std::move(pending), operations + 1});
   }
-  wake_.notify_all();
+  // The call cannot become ready (and leave `waiting`) before the last line: its own count holds it.
+  for (const auto& work : call->pending.works) {
+    work.on_completion([state = state_, call] { state->operation_finished(call); });
+  }
+  s.operation_finished(call);
 }
 
 void CompletionThread::drain() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [&] {
-    return (pending_.empty() && !settling_ && to_complete_.empty() && completing_ == 0) || quiesced_;
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.idle.wait(lock, [&] {
+    return (s.nothing_pending() && !s.settling && s.to_complete.empty() && s.completing == 0) || s.quiesced;
   });
 }
 
 std::optional<hiercoll::ErrorCode> CompletionThread::first_failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return first_failure_;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->first_failure;
 }
 
 std::exception_ptr CompletionThread::settle(Pending& pending) {
   std::exception_ptr error;
   try {
-    for (auto& work : pending.works) work.wait();
+    for (auto& work : pending.works) work.wait();  // finished: returns at once, or rethrows its failure
   } catch (const hiercoll::Error& e) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!first_failure_) first_failure_ = e.code();
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (!state_->first_failure) state_->first_failure = e.code();
     }
     error = std::current_exception();
   } catch (...) {
@@ -132,91 +192,65 @@ std::exception_ptr CompletionThread::settle(Pending& pending) {
     complete_on_runner(member.handle, member_error);
     if (!error) error = member_error;
   }
-  if (!error && pending.finish) {
-    try {
-      pending.finish();
-    } catch (...) {
-      error = std::current_exception();
-    }
+  try {
+    pending.handle->settle_tensors(!error);
+  } catch (...) {
+    if (!error) error = std::current_exception();
   }
   if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()).c_str());
   return error;
 }
 
 void CompletionThread::complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  to_complete_.emplace_back(std::move(handle), std::move(error));
-  if (idle_runners_ == 0 && runners_.size() < kMaxRunners) {
-    runners_.emplace_back([this] { run_runner(); });
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.to_complete.emplace_back(std::move(handle), std::move(error));
+  if (s.idle_runners == 0 && s.runners.size() < State::kMaxRunners) {
+    s.runners.emplace_back([this] { run_runner(); });
   } else {
-    runner_wake_.notify_one();
+    s.runner_wake.notify_one();
   }
 }
 
 void CompletionThread::run_runner() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
-    ++idle_runners_;
-    runner_wake_.wait(lock, [&] { return !to_complete_.empty() || (stopping_ && pending_.empty()) || quiesced_; });
-    --idle_runners_;
-    if (quiesced_ || to_complete_.empty()) return;  // exiting, or stopped with nothing left
-    auto [handle, error] = std::move(to_complete_.front());
-    to_complete_.pop_front();
-    ++completing_;
+    ++s.idle_runners;
+    s.runner_wake.wait(lock,
+                       [&] { return !s.to_complete.empty() || (s.stopping && s.nothing_pending()) || s.quiesced; });
+    --s.idle_runners;
+    if (s.quiesced || s.to_complete.empty()) return;  // exiting, or stopped with nothing left
+    auto [handle, error] = std::move(s.to_complete.front());
+    s.to_complete.pop_front();
+    ++s.completing;
     lock.unlock();
     handle->complete(error);  // runs the future's callbacks, which may block on later Works
     handle.reset();           // the last reference to the future and its callbacks may go here
     error = nullptr;
     lock.lock();
-    --completing_;
-    idle_.notify_all();
+    --s.completing;
+    s.idle.notify_all();
   }
 }
 
 void CompletionThread::run() {
-  auto all_done = [](const Pending& p) {
-    for (const auto& work : p.works) {
-      if (!work.is_completed()) return false;
-    }
-    return true;
-  };
-  std::unique_lock<std::mutex> lock(mutex_);
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-    if (pending_.empty() || quiesced_) return;  // stopping with nothing left to drain, or the process is exiting
+    s.wake.wait(lock, [&] { return !s.ready.empty() || (s.stopping && s.waiting.empty()) || s.quiesced; });
+    if (s.quiesced || s.ready.empty()) return;  // the process is exiting, or stopping with nothing left
 
-    // Settle every finished call, outside the lock so callers can keep adding.
-    std::vector<Pending> finished;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (all_done(*it)) {
-        finished.push_back(std::move(*it));
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (!finished.empty()) {
-      settling_ = true;
-      lock.unlock();
-      for (auto& p : finished) complete_on_runner(p.handle, settle(p));
-      finished.clear();
-      lock.lock();
-      settling_ = false;
-      idle_.notify_all();  // quiesce() and drain() wait for this
-      continue;
-    }
-    // Nothing finished: sleep on the oldest call's first unfinished operation, briefly, so a later call
-    // that finishes first (a collective behind a waiting recv) is still noticed.
-    hiercoll::Work oldest;
-    for (const auto& work : pending_.front().works) {
-      if (!work.is_completed()) {
-        oldest = work;
-        break;
-      }
-    }
+    // Settle the finished calls outside the lock, so callers can keep adding and operations keep finishing.
+    std::deque<Pending> finished;
+    finished.swap(s.ready);
+    s.settling = true;
     lock.unlock();
-    oldest.wait_for(std::chrono::microseconds(500));
+    for (auto& pending : finished) complete_on_runner(pending.handle, settle(pending));
+    finished.clear();
     lock.lock();
+    s.settling = false;
+    s.idle.notify_all();  // quiesce() and drain() wait for this
   }
 }
 

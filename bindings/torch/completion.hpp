@@ -4,6 +4,8 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -14,12 +16,35 @@
 
 namespace hiercoll_torch {
 
+/// The tensors of one call: those hiercoll reads and writes while it runs, and where its results go. A call's
+/// Work owns them until the call completes, then lets them go (staging copies are freed at completion, not
+/// when Python drops the Work).
+struct CallTensors {
+  std::vector<at::Tensor> in_use;  ///< read or written by hiercoll: kept alive while it runs
+  /// (caller's tensor, the tensor hiercoll wrote its result to): copied after every operation succeeded.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;
+
+  /// The result for `caller` lands in `written`: copied back unless they are one tensor.
+  void result_in(const at::Tensor& caller, const at::Tensor& written) {
+    if (!written.is_same(caller)) copy_back.emplace_back(caller, written);
+  }
+  /// The results for `callers`, laid end to end in `flat` from element `offset`.
+  void results_in(const std::vector<at::Tensor>& callers, const at::Tensor& flat, int64_t offset = 0) {
+    for (const auto& t : callers) {
+      result_in(t, flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+  void keep(const at::Tensor& t) {
+    if (t.defined()) in_use.push_back(t);
+  }
+};
+
 /// The c10d Work of one call: completes, together with its future (what DDP comm hooks wait on), once
 /// every hiercoll operation behind the call finished and the results are in the caller's tensors.
 class WorkHiercoll : public c10d::Work {
  public:
-  /// `inputs` are only kept alive until the Work goes: hiercoll reads them while it runs.
-  WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs = {});
+  WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors = {});
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   /// CUDA tensors hiercoll works on in place: wait() orders the current stream after the operations on the
@@ -30,19 +55,26 @@ class WorkHiercoll : public c10d::Work {
   void set_receive(hiercoll::Work receive) { receive_ = std::move(receive); }
   int sourceRank() const override;
   bool stream_ordered() const { return !stream_ordered_.empty(); }
-  /// Called once, by the completion thread. `error` is null on success.
+  /// True if the results are where the caller wants them as soon as the operations finish.
+  bool in_place() const { return tensors_.copy_back.empty(); }
+  /// Once every operation succeeded: copies the results into the caller's tensors. Either way, lets the
+  /// call's tensors go. Called once, by the completion thread, before complete().
+  void settle_tensors(bool succeeded);
+  /// Called once, by a completion runner. `error` is null on success.
   void complete(std::exception_ptr error);
 
  private:
-  std::vector<at::Tensor> outputs_, inputs_;
+  std::vector<at::Tensor> outputs_;
+  CallTensors tensors_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::vector<hiercoll::Work> stream_ordered_;
   std::optional<hiercoll::Work> receive_;
 };
 
-/// One thread per process group that turns finished hiercoll operations into completed c10d Works.
-/// hiercoll's Work has no callbacks, and a collective must not be held up behind an earlier recv that is
-/// still waiting for its sender, so the thread watches every pending call rather than the oldest only.
+/// One thread per process group that turns finished hiercoll operations into completed c10d Works. It sleeps
+/// until an operation's completion callback (hiercoll::Work::on_completion, on the progress thread) says that
+/// the last operation of a call finished; calls are settled in the order they finish, so a collective is not
+/// held up behind an earlier recv still waiting for its sender.
 ///
 /// Completing a Work's future runs its callbacks (DDP comm hooks' `then`), and a callback may issue a collective
 /// and wait for it (PowerSGD's hook does). So futures are completed on runner threads, never on the watching
@@ -53,7 +85,6 @@ class CompletionThread {
   struct Pending {
     std::vector<hiercoll::Work> works;
     c10::intrusive_ptr<WorkHiercoll> handle;
-    std::function<void()> finish;  ///< copies results out of staging buffers; runs only if every work succeeded
     /// A coalesced call (endCoalescing): the calls it gathers, settled before it, in issue order. Their
     /// works are in `works` too.
     std::vector<Pending> members;
@@ -75,27 +106,15 @@ class CompletionThread {
   static void quiesce_all();
 
  private:
+  struct State;
   void run();
   /// Copies results out and says how the call ended; the watching thread calls it. `complete` is for a runner.
   std::exception_ptr settle(Pending& pending);
   void complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error);
   void run_runner();
 
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  std::optional<hiercoll::ErrorCode> first_failure_;
-  std::deque<Pending> pending_;
-  bool stopping_ = false;
-  bool settling_ = false;  // inside settle(), outside the lock
-  bool quiesced_ = false;  // exit has begun: settle nothing more
-  std::condition_variable idle_;
-  // Runners: futures to complete, the threads completing them, how many wait for work and how many run one.
-  static constexpr size_t kMaxRunners = 64;
-  std::deque<std::pair<c10::intrusive_ptr<WorkHiercoll>, std::exception_ptr>> to_complete_;
-  std::vector<std::thread> runners_;
-  size_t idle_runners_ = 0;
-  size_t completing_ = 0;
-  std::condition_variable runner_wake_;
+  /// Shared with the operations' completion callbacks, which may outlive this object at interpreter exit.
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

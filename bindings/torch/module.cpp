@@ -29,6 +29,14 @@ PYBIND11_MODULE(_C, m) {
       },
       "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd or hier).");
   m.def(
+      "flight_record",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
+        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
+        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        return ours->communicator().flight_record();
+      },
+      "This rank's last collectives as JSON (see Communicator::flight_record).");
+  m.def(
       "launcher_rendezvous_address",
       [](int rank, std::chrono::duration<float> timeout) {
         return hiercoll::launcher_rendezvous_address(rank,

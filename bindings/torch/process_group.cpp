@@ -129,14 +129,15 @@ hiercoll::CallOptions stream_of(const at::Tensor& t) {
 // The memory hiercoll reads and writes: the tensor itself on CPU (or on CUDA, see on_device), else a host copy.
 at::Tensor host(const at::Tensor& t) { return t.is_cpu() ? t : t.to(at::kCPU); }
 at::Tensor working(const at::Tensor& t) { return on_device(t) ? t : host(t); }
-void write_back(const at::Tensor& t, const at::Tensor& h) {
-  if (!h.is_same(t)) t.copy_(h);
+// A call whose result hiercoll writes to `h` (the caller's `t`, or a host copy of it) after reading `inputs`.
+CallTensors staged(const at::Tensor& t, const at::Tensor& h, std::vector<at::Tensor> inputs = {}) {
+  CallTensors tensors;
+  tensors.in_use = std::move(inputs);
+  tensors.result_in(t, h);
+  return tensors;
 }
-// What completes a call whose result hiercoll wrote to `h`: nothing if that is `t` itself, else the copy back.
-std::function<void()> staged_result(const at::Tensor& t, const at::Tensor& h) {
-  if (h.is_same(t)) return nullptr;
-  return [t, h] { write_back(t, h); };
-}
+// A call whose results are in the caller's tensors, reading or writing `buffers` of its own as well.
+CallTensors keeping(std::vector<at::Tensor> buffers) { return CallTensors{std::move(buffers), {}}; }
 
 // hiercoll's usage errors, raised while a call is issued, reach Python as RuntimeError with the call named.
 template <class F>
@@ -162,17 +163,15 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> stor
 ProcessGroupHiercoll::~ProcessGroupHiercoll() = default;
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, std::vector<hiercoll::Work> works,
-                                                            std::vector<at::Tensor> outputs,
-                                                            std::function<void()> finish,
-                                                            std::vector<at::Tensor> inputs) {
+                                                            std::vector<at::Tensor> outputs, CallTensors tensors) {
   // Collectives only, as ProcessGroupNCCL's seqCollective_: ranks issue different point-to-point calls.
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++sequence_;
-  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs, std::move(inputs));
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs, std::move(tensors));
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
-  bool in_place = !finish && !outputs.empty();
+  bool in_place = handle->in_place() && !outputs.empty();
   for (const auto& t : outputs) in_place = in_place && on_device(t);
   if (in_place) handle->order_streams_after(works);
-  CompletionThread::Pending pending{std::move(works), handle, std::move(finish), {}};
+  CompletionThread::Pending pending{std::move(works), handle, {}};
   enqueue(std::move(pending));
   return handle;
 }
@@ -213,7 +212,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
     at::Tensor h = working(t);
     auto work =
         comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank, stream_of(t));
-    return submit(c10d::OpType::BROADCAST, {work}, tensors, staged_result(t, h));
+    return submit(c10d::OpType::BROADCAST, {work}, tensors, staged(t, h));
   });
 }
 
@@ -225,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
     premultiply_(h, opts.reduceOp);
     auto work = comm_.allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
                                 reduce_op(opts.reduceOp, t, "allreduce"), stream_of(t));
-    return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged_result(t, h));
+    return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged(t, h));
   });
 }
 
@@ -244,13 +243,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::ve
     auto work =
         comm_.allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(), data_type(tensors[0], "allreduce_coalesced"),
                         reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
-    return submit(c10d::OpType::ALLREDUCE_COALESCED, {work}, tensors, [tensors, fused] {
-      int64_t offset = 0;
-      for (const auto& t : tensors) {
-        t.copy_(fused.narrow(0, offset, t.numel()).view_as(t));
-        offset += t.numel();
-      }
-    });
+    CallTensors results;
+    results.results_in(tensors, fused);
+    return submit(c10d::OpType::ALLREDUCE_COALESCED, {work}, tensors, std::move(results));
   });
 }
 
@@ -264,7 +259,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tens
     auto work = comm_.reduce(in.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
                              reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank, stream_of(t));
     const bool root = opts.rootRank == rank_;
-    return submit(c10d::OpType::REDUCE, {work}, tensors, root ? staged_result(t, h) : nullptr, {h, in});
+    return submit(c10d::OpType::REDUCE, {work}, tensors, root ? staged(t, h, {in}) : keeping({h, in}));
   });
 }
 
@@ -285,12 +280,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
     at::Tensor h = host(in);
     at::Tensor gathered = at::empty({size_ * in.numel()}, h.options());
     auto work = comm_.allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
-    return submit(c10d::OpType::ALLGATHER, {work}, outs,
-                  [outs, gathered, n = in.numel()] {
-                    for (size_t i = 0; i < outs.size(); ++i)
-                      outs[i].copy_(gathered.narrow(0, i * n, n).view_as(outs[i]));
-                  },
-                  {h});
+    CallTensors results;
+    results.keep(h);
+    results.results_in(outs, gathered);  // each output has the input's size
+    return submit(c10d::OpType::ALLGATHER, {work}, outs, std::move(results));
   });
 }
 
@@ -306,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor&
     at::Tensor hout = working(output);
     auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
                                 stream_of(output));
-    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged_result(output, hout), {hin});
+    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged(output, hout, {hin}));
   });
 }
 
@@ -349,17 +342,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_coalesced(
                                 data_type(inputs[0], "all_gather_coalesced"));
     std::vector<at::Tensor> results;
     for (const auto& outs : output_lists) results.insert(results.end(), outs.begin(), outs.end());
-    return submit(c10d::OpType::ALLGATHER_COALESCED, {work}, results,
-                  [output_lists, gathered, n = fused.numel()] {
-                    for (size_t r = 0; r < output_lists.size(); ++r) {
-                      int64_t offset = static_cast<int64_t>(r) * n;
-                      for (const auto& out : output_lists[r]) {
-                        out.copy_(gathered.narrow(0, offset, out.numel()).view_as(out));
-                        offset += out.numel();
-                      }
-                    }
-                  },
-                  {fused});
+    CallTensors tensors;
+    tensors.keep(fused);
+    for (size_t r = 0; r < output_lists.size(); ++r) {
+      tensors.results_in(output_lists[r], gathered, static_cast<int64_t>(r) * fused.numel());
+    }
+    return submit(c10d::OpType::ALLGATHER_COALESCED, {work}, results, std::move(tensors));
   });
 }
 
@@ -414,12 +402,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_to_root(const at::Te
   to_peer[root] = host(input);
   for (size_t peer = 0; peer < parts.size(); ++peer) from_peer[peer] = host(parts[peer]);
   auto works = exchange(to_peer, from_peer);
-  return submit(
-      c10d::OpType::GATHER, std::move(works), std::move(result),
-      [parts, from_peer] {
-        for (size_t i = 0; i < parts.size(); ++i) write_back(parts[i], from_peer[i]);
-      },
-      to_peer);
+  CallTensors tensors;
+  tensors.keep(to_peer[root]);
+  for (size_t i = 0; i < parts.size(); ++i) tensors.result_in(parts[i], from_peer[i]);
+  return submit(c10d::OpType::GATHER, std::move(works), std::move(result), std::move(tensors));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Tensor>& outputs,
@@ -446,8 +432,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Ten
     }
     from_peer[opts.rootRank] = hout;
     auto works = exchange(to_peer, from_peer);
-    return submit(
-        c10d::OpType::SCATTER, std::move(works), outputs, [out, hout] { write_back(out, hout); }, to_peer);
+    return submit(c10d::OpType::SCATTER, std::move(works), outputs, staged(out, hout, to_peer));
   });
 }
 
@@ -471,7 +456,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
     at::Tensor hout = host(out);
     auto work = comm_.reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
                                      reduce_op(opts.reduceOp, out, "reduce_scatter"));
-    return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, [out, hout, fused] { write_back(out, hout); });
+    return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, staged(out, hout, {fused}));
   });
 }
 
@@ -488,7 +473,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Te
     auto work =
         comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
                              reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
-    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged_result(output, hout), {hin});
+    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged(output, hout, {hin}));
   });
 }
 
@@ -519,13 +504,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& o
       at::Tensor hin = working(input), hout = working(output);
       auto work = comm_.alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_, data_type(input, "alltoall"),
                                  stream_of(output));
-      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged_result(output, hout), {hin});
+      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged(output, hout, {hin}));
     }
 
     at::Tensor hin = host(input);
     at::Tensor hout = host(output);
-    auto finish = [output, hout, hin] { write_back(output, hout); };
-
     // Uneven splits, along the first dimension, as torch.distributed.all_to_all_single defines them.
     auto splits = [&](std::vector<int64_t> sizes, const at::Tensor& t, const char* which) {
       const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
@@ -548,7 +531,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& o
       return parts;
     };
     auto works = exchange(splits(input_split_sizes, hin, "input"), splits(output_split_sizes, hout, "output"));
-    return submit(c10d::OpType::ALLTOALL_BASE, std::move(works), {output}, finish);
+    return submit(c10d::OpType::ALLTOALL_BASE, std::move(works), {output}, staged(output, hout, {hin}));
   });
 }
 
@@ -571,9 +554,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Te
     TORCH_CHECK(outputs[rank_].numel() == inputs[rank_].numel(),
                 "hiercoll all_to_all: this rank's own input and output differ in size");
     auto works = exchange(to_peer, from_peer);
-    return submit(c10d::OpType::ALLTOALL, std::move(works), outputs, [outputs, from_peer, to_peer] {
-      for (size_t i = 0; i < outputs.size(); ++i) write_back(outputs[i], from_peer[i]);
-    });
+    CallTensors tensors;
+    tensors.in_use = to_peer;
+    for (int peer = 0; peer < size_; ++peer) tensors.result_in(outputs[peer], from_peer[peer]);
+    return submit(c10d::OpType::ALLTOALL, std::move(works), outputs, std::move(tensors));
   });
 }
 
@@ -588,7 +572,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor
     TORCH_CHECK(tag >= 0, "hiercoll send: tags must be >= 0, got ", tag);
     at::Tensor h = host(t);
     auto work = comm_.send(h.data_ptr(), h.numel(), data_type(t, "send"), dst_rank, static_cast<uint32_t>(tag));
-    return submit(c10d::OpType::SEND, {work}, tensors, [h] {});
+    return submit(c10d::OpType::SEND, {work}, tensors, keeping({h}));
   });
 }
 
@@ -600,9 +584,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return issue("recv", [&] {
-    return receive(tensors, hiercoll::Communicator::kAnySource, tag, c10d::OpType::RECVANYSOURCE);
-  });
+  return issue("recv",
+               [&] { return receive(tensors, hiercoll::Communicator::kAnySource, tag, c10d::OpType::RECVANYSOURCE); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::receive(std::vector<at::Tensor>& tensors, int peer, int tag,
@@ -611,7 +594,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::receive(std::vector<at::Ten
   TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
   at::Tensor h = host(t);
   auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), peer, static_cast<uint32_t>(tag));
-  auto handle = submit(type, {work}, tensors, [t, h] { write_back(t, h); });
+  auto handle = submit(type, {work}, tensors, staged(t, h));
   static_cast<WorkHiercoll&>(*handle).set_receive(work);  // sourceRank() names the sender
   return handle;
 }
@@ -662,7 +645,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::add_combined(c10d::OpType t
   }
   auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs);
   if (stream_ordered) handle->order_streams_after(works);
-  CompletionThread::Pending pending{std::move(works), handle, {}, std::move(members)};
+  CompletionThread::Pending pending{std::move(works), handle, std::move(members)};
   enqueue(std::move(pending));
   return handle;
 }
@@ -744,7 +727,7 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
       works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, 0, kReleaseTag));
     }
   });
-  submit(c10d::OpType::BARRIER, works, {}, {}, tokens);
+  submit(c10d::OpType::BARRIER, works, {}, keeping(tokens));
 
   if (rank_ != 0) {
     for (auto& work : works) {

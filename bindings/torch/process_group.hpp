@@ -102,11 +102,10 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   hiercoll::Communicator& communicator() { return comm_; }
 
  private:
-  // `inputs`: every tensor hiercoll reads that the caller does not hold, host copies of CUDA inputs above all;
-  // they live as long as the Work, since hiercoll reads them after the call returned.
+  // `tensors`: every tensor hiercoll reads or writes that the caller does not hold (host copies of CUDA tensors,
+  // fused buffers), and where results go; the Work owns them until it completes.
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,
-                                        std::vector<at::Tensor> outputs, std::function<void()> finish = {},
-                                        std::vector<at::Tensor> inputs = {});
+                                        std::vector<at::Tensor> outputs, CallTensors tensors = {});
   // Hands an issued call to the completion thread, or to the open coalescing block.
   void enqueue(CompletionThread::Pending pending);
   // Runs `calls` (issuing collectives) and returns one Work for all of them.

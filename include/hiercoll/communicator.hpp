@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,12 @@ class HIERCOLL_API Work {
   /// For a receive that completed successfully: the rank the message came from (what a recv from kAnySource
   /// needs to know); -1 for every other operation or before completion.
   int source() const;
+  /// Runs `callback` once the operation finished, successfully or not (for device buffers: once the result is in
+  /// device memory, as is_completed() says). If it has already, the callback runs at once on this thread;
+  /// otherwise on the thread that finishes the operation, the communicator's progress thread, which every later
+  /// operation waits for: the callback should only hand the news on (signal, queue) and must not block, throw or
+  /// call into a communicator. Several callbacks run in the order they were added.
+  void on_completion(std::function<void()> callback) const;
 
   explicit Work(std::shared_ptr<engine::WorkState> state) : state_(std::move(state)) {}
 
@@ -136,6 +143,10 @@ class HIERCOLL_API Communicator {
   std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;
   /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
   const Layout& layout() const;
+  /// The flight recorder: this rank's last collectives (HIERCOLL_FLIGHT_ENTRIES of them) as a JSON object with
+  /// sequence number, operation, state (queued, running, done, failed) and wall-clock times in microseconds.
+  /// Thread-safe; for finding which rank is behind when a job hangs (tools/flight-report merges ranks' records).
+  std::string flight_record() const;
 
  private:
   explicit Communicator(std::unique_ptr<engine::CommunicatorImpl> impl);

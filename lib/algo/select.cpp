@@ -7,11 +7,28 @@
 
 namespace hiercoll::algo {
 
-const char* to_string(AllreduceAlgo algo) {
+const char* to_string(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce: return "allreduce";
+    case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kAllgather: return "allgather";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kReduce: return "reduce";
+    case Kind::kAlltoall: return "alltoall";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* to_string(Algorithm algo) {
   switch (algo) {
-    case AllreduceAlgo::kRing: return "ring";
-    case AllreduceAlgo::kRecursiveDoubling: return "rd";
-    case AllreduceAlgo::kHierarchical: return "hier";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kRecursiveDoubling: return "rd";
+    case Algorithm::kHierarchical: return "hier";
+    case Algorithm::kNode: return "node";
+    case Algorithm::kChain: return "chain";
+    case Algorithm::kPairwise: return "pairwise";
+    case Algorithm::kDissemination: return "dissemination";
   }
   return "?";
 }
@@ -103,6 +120,22 @@ AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
   }
   if (hierarchy_ready_ && model_.hierarchical(size, layout_) < best_time) best = AllreduceAlgo::kHierarchical;
   return best;
+}
+
+Algorithm AllreduceSelector::choose(Kind kind, size_t bytes, bool device) const {
+  switch (kind) {
+    case Kind::kAllreduce: return device ? choose_for_device(bytes) : choose(bytes);
+    case Kind::kReduceScatter:
+    case Kind::kAllgather:
+      // One node with peer memory: every rank reads the others' parts directly, one copy each, no ring steps.
+      // HIERCOLL_ALGO=ring|rd keeps them on the ring.
+      return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() ? Algorithm::kNode : Algorithm::kRing;
+    case Kind::kBroadcast:
+    case Kind::kReduce: return Algorithm::kChain;
+    case Kind::kAlltoall: return Algorithm::kPairwise;
+    case Kind::kBarrier: return Algorithm::kDissemination;
+  }
+  throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(kind)));
 }
 
 }  // namespace hiercoll::algo

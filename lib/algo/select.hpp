@@ -10,8 +10,16 @@
 
 namespace hiercoll::algo {
 
-enum class AllreduceAlgo { kRing, kRecursiveDoubling, kHierarchical };
-const char* to_string(AllreduceAlgo algo);
+/// The collectives, as calls name them and the mismatch check compares them.
+enum class Kind : uint32_t { kAllreduce = 1, kReduceScatter, kAllgather, kBroadcast, kReduce, kAlltoall, kBarrier };
+const char* to_string(Kind kind);
+
+/// Every algorithm the selector can choose. Allreduce: ring, recursive doubling, hierarchical; reduce-scatter and
+/// allgather: ring, or node (through the node's peer memory, all ranks on one node); broadcast and reduce: chain;
+/// alltoall: pairwise; barrier: dissemination.
+enum class Algorithm { kRing, kRecursiveDoubling, kHierarchical, kNode, kChain, kPairwise, kDissemination };
+using AllreduceAlgo = Algorithm;  // the allreduce's three
+const char* to_string(Algorithm algo);
 
 struct LinkFigures {
   double latency_us = 50;     ///< per message
@@ -47,6 +55,9 @@ class AllreduceSelector {
   /// The same for device buffers: hierarchical whenever eligible (the intra-node phases run on the GPUs and only
   /// 1/L of the data crosses host memory), unless HIERCOLL_ALGO forces another.
   AllreduceAlgo choose_for_device(size_t bytes) const;
+  /// The algorithm for any collective of `bytes` (the caller's buffer size) on host or device buffers: the one
+  /// place every collective's algorithm is decided.
+  Algorithm choose(Kind kind, size_t bytes, bool device) const;
   bool hierarchical_eligible() const { return hierarchy_ready_; }
   /// HIERCOLL_ALGO asks for a flat algorithm (ring or rd): the other collectives keep to the flat ones too.
   bool flat_forced() const { return forced_ && forced_algo_ != AllreduceAlgo::kHierarchical; }

@@ -30,6 +30,8 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_FABRIC_FORCE_MR", "0"},
       {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
       {"HIERCOLL_CPU_ISA", ""},
+      {"HIERCOLL_FLIGHT_ENTRIES", "256"},
+      {"HIERCOLL_FLIGHT_DUMP", ""},
   };
   return list;
 }
@@ -128,6 +130,8 @@ Settings read(bool use_env) {
   s.socket_ifname = r.text("HIERCOLL_SOCKET_IFNAME");
   s.fabric_force_mr = r.flag("HIERCOLL_FABRIC_FORCE_MR");
   s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
+  s.flight_entries = static_cast<uint64_t>(r.integer("HIERCOLL_FLIGHT_ENTRIES", 1));
+  s.flight_dump = r.text("HIERCOLL_FLIGHT_DUMP");
   return s;
 }
 

@@ -39,6 +39,8 @@ struct Settings {
   std::string socket_ifname;      ///< HIERCOLL_SOCKET_IFNAME: "" means the first non-loopback with IPv4
   bool fabric_force_mr = false;   ///< HIERCOLL_FABRIC_FORCE_MR
   uint64_t mr_cache_entries = 0;  ///< HIERCOLL_MR_CACHE_ENTRIES
+  uint64_t flight_entries = 0;    ///< HIERCOLL_FLIGHT_ENTRIES: collectives the flight recorder keeps
+  std::string flight_dump;        ///< HIERCOLL_FLIGHT_DUMP: directory for the record on a failure; "": none
   std::string cpu_isa;            ///< HIERCOLL_CPU_ISA: "" means the best the CPU has
 
   /// Every knob from the environment, unset ones at their defaults. A malformed or out-of-range value throws

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -15,12 +16,11 @@
 namespace hiercoll::engine {
 
 std::string describe_op(const algo::OpDescriptor& d) {
-  static const char* kNames[] = {"?",         "allreduce", "reduce_scatter", "allgather",
-                                 "broadcast", "reduce",    "alltoall",       "barrier"};
-  std::string text = d.kind < sizeof(kNames) / sizeof(kNames[0]) ? kNames[d.kind] : "?";
-  if (d.kind == kOpBarrier) return text;
+  const auto kind = static_cast<algo::Kind>(d.kind);
+  std::string text = algo::to_string(kind);
+  if (kind == algo::Kind::kBarrier) return text;
   text += "(" + std::to_string(d.count) + " x " + to_string(static_cast<DataType>(d.type));
-  if (d.kind == kOpAllreduce || d.kind == kOpReduceScatter || d.kind == kOpReduce) {
+  if (kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce) {
     text += std::string(", ") + to_string(static_cast<ReduceOp>(d.op));
   }
   if (d.root >= 0) text += ", root " + std::to_string(d.root);
@@ -59,6 +59,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       size_(size),
       options_(std::move(options)),
       settings_(base::Settings::from_env()),
+      flight_(settings_.flight_entries),
       timeout_ms_(options_.timeout.count()) {
   if (!store) throw InvalidUsageError("Communicator::create: store is null");
   if (size < 1 || size > algo::kMaxWorldRanks) {
@@ -84,7 +85,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   endpoint_ = transport::open_fabric_endpoint(fabric);
 
   for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
-  std::string instance = next_instance_name(options_.name);
+  instance_ = next_instance_name(options_.name);
+  const std::string& instance = instance_;
   context_ = context_of(instance);
   store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
   bootstrap(*store_, instance);
@@ -93,7 +95,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   // Everyone has connected and attached once this barrier passes: the store and the shared-memory
   // segment's name are no longer needed.
   try {
-    enqueue_collective("init barrier", {kOpBarrier}, [](algo::Channel& ch) { algo::barrier_dissemination(ch); }).wait();
+    enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [](algo::Channel& ch) {
+      algo::barrier_dissemination(ch);
+    }).wait();
   } catch (...) {
     // A constructor that throws runs no destructor: the progress thread must be joined here, or destroying the
     // joinable std::thread member terminates the process instead of raising the barrier's error.
@@ -165,8 +169,20 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
       arena_ = transport::NodeArena::create(tag, layout_.local_size, buffers, cost_model_.shm_piece_bytes);
       store.set(key, arena_->name());
     } else {
-      arena_ = transport::NodeArena::attach(store.get_string(key), layout_.local_rank, layout_.local_size, buffers,
-                                            cost_model_.shm_piece_bytes);
+      const std::string maker = "rank " + std::to_string(layout_.rank_at(layout_.node, 0)) + " (local rank 0 of node " +
+                                std::to_string(layout_.node) + ", which makes the node's shared memory)";
+      try {
+        store.wait({key}, options_.timeout);
+      } catch (const TimeoutError&) {
+        throw TimeoutError("Communicator::create: " + maker + " did not publish it within " +
+                           std::to_string(options_.timeout.count()) + " ms: dead, or stuck in start-up");
+      }
+      try {
+        arena_ = transport::NodeArena::attach(store.get_string(key), layout_.local_rank, layout_.local_size, buffers,
+                                              cost_model_.shm_piece_bytes);
+      } catch (const RemoteError& e) {
+        throw RemoteError("Communicator::create: " + maker + " died after publishing it: " + e.what());
+      }
     }
     host_memory_.peers = arena_.get();
     if (settings_.net_staging && layout_.node_count > 1) {
@@ -215,6 +231,7 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw InvalidUsageError(op.what + ": the communicator was aborted or destroyed");
+    if (op.collective) op.flight_seq = flight_.queued(op.what);  // under mutex_: numbered in queue order
     queue_.push_back(std::move(op));
   }
   queue_cv_.notify_one();
@@ -230,6 +247,7 @@ Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescri
                                           std::function<void(algo::Channel&)> body) {
   Op op;
   op.what = what;
+  op.collective = true;
   op.run = [this, what, descriptor, body = std::move(body)](const std::shared_ptr<WorkState>&) {
     algo::Channel channel = next_channel(what);
     if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
@@ -285,6 +303,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   device_tickets_ = ticket;
   Op op;
   op.what = what;
+  op.collective = true;
   op.run = [this, what, descriptor, path, ticket, host_half = std::move(host_half)](const std::shared_ptr<WorkState>&) {
     algo::Channel channel = next_channel(what);
     try {
@@ -353,7 +372,9 @@ void CommunicatorImpl::run_op(Op& op) {
       HIERCOLL_LOG(kWarn, op.what << ": releasing its device work failed: " << e.what());
     }
   }
+  if (failure && op.collective) flight_.ended(op.flight_seq, false);  // never ran
   if (!failure) {
+    if (op.collective) flight_.started(op.flight_seq);
     try {
       op.run(op.state);
     } catch (const Error& e) {
@@ -361,6 +382,8 @@ void CommunicatorImpl::run_op(Op& op) {
     } catch (const std::exception& e) {
       failure = base::Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
     }
+    if (op.collective) flight_.ended(op.flight_seq, !failure);
+    if (failure && op.collective) on_collective_failure(*failure);
     if (failure) {
       broken_ = failure->message;
       HIERCOLL_LOG(kWarn, broken_);
@@ -370,6 +393,28 @@ void CommunicatorImpl::run_op(Op& op) {
     }
   }
   if (!op.completes_later || failure) op.state->finish(failure);
+}
+
+void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
+  if (failure.code == ErrorCode::kTimeout && size_ > 1) {
+    // Every rank stuck in a collective times out at about the same moment and asks the others through the store
+    // how far they got; a short grace, so the error is not much later than the timeout itself.
+    const auto grace = std::min(std::chrono::milliseconds(2000), timeout() / 4);
+    failure.message += who_is_behind(*store_, rank_, size_, flight_.completed(), grace);
+  }
+  if (!settings_.flight_dump.empty()) {
+    std::string name = instance_;
+    std::replace(name.begin(), name.end(), '/', '_');
+    const std::string path = settings_.flight_dump + "/hiercoll-flight-" + name + "-" + std::to_string(rank_) + ".json";
+    if (FILE* file = std::fopen(path.c_str(), "w")) {
+      const std::string text = flight_.json(instance_, rank_, size_) + "\n";
+      std::fwrite(text.data(), 1, text.size(), file);
+      std::fclose(file);
+      failure.message += "; flight record in " + path;
+    } else {
+      HIERCOLL_LOG(kWarn, "HIERCOLL_FLIGHT_DUMP: cannot write " << path);
+    }
+  }
 }
 
 void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {

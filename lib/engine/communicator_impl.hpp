@@ -19,7 +19,9 @@
 #include "algo/select.hpp"
 #include "base/settings.hpp"
 #include "device/host_queue.hpp"
+#include "engine/collective.hpp"
 #include "engine/device_path.hpp"
+#include "engine/flight_recorder.hpp"
 #include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
@@ -28,16 +30,6 @@
 
 namespace hiercoll::engine {
 
-/// Collective kinds, as the mismatch check names them.
-enum OpKind : uint32_t {
-  kOpAllreduce = 1,
-  kOpReduceScatter,
-  kOpAllgather,
-  kOpBroadcast,
-  kOpReduce,
-  kOpAlltoall,
-  kOpBarrier
-};
 std::string describe_op(const algo::OpDescriptor& descriptor);
 
 class CommunicatorImpl {
@@ -48,6 +40,8 @@ class CommunicatorImpl {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
+  /// Validates a collective, chooses its algorithm and enqueues it (collective.cpp): every collective call's path.
+  Work collective(const Collective& c);
   /// Runs `body` on the progress thread with a Channel over all ranks. `what` names it in errors;
   /// `descriptor` is what ranks compare first when the mismatch check is on.
   Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
@@ -74,13 +68,10 @@ class CommunicatorImpl {
   }
   uint16_t context() const { return context_; }
   const Layout& layout() const { return layout_; }
+  /// The flight recorder's JSON (see flight_recorder.hpp).
+  std::string flight_record() const { return flight_.json(instance_, rank_, size_); }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
   algo::NodeMemory& host_memory() { return host_memory_; }
-  /// Every rank on this one node, with peer memory: reduce-scatter and allgather read each other's parts
-  /// (unless HIERCOLL_ALGO=ring|rd asks for the flat algorithms).
-  bool single_node() const {
-    return layout_.node_count == 1 && host_memory_.peers != nullptr && !selector_->flat_forced();
-  }
 
  private:
   /// Stops and joins the progress thread.
@@ -91,6 +82,8 @@ class CommunicatorImpl {
     std::shared_ptr<WorkState> state;
     bool completes_later = false;   // point-to-point: finished by poll_p2p, not when run returns
     std::function<void()> skipped;  // device work: releases what the caller's thread prepared if run never runs
+    bool collective = false;        // recorded by the flight recorder
+    uint64_t flight_seq = 0;
   };
   struct PendingP2P {
     transport::RequestPtr request;
@@ -104,6 +97,8 @@ class CommunicatorImpl {
   void setup_hierarchy(Store& store, const std::string& instance);
   void progress_loop();
   void run_op(Op& op);
+  /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
+  void on_collective_failure(base::Failure& failure);
   void poll_p2p(bool all_failed, const std::string& reason);
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
@@ -112,6 +107,8 @@ class CommunicatorImpl {
   int rank_, size_;
   CommOptions options_;
   const base::Settings settings_;  // every knob, read once when the communicator is made
+  std::string instance_;           // "name#k": this communicator among those of its name
+  FlightRecorder flight_;
   uint16_t context_ = 0;
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;

@@ -1,3 +1,4 @@
+#include "base/log.hpp"
 #include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
@@ -42,6 +43,28 @@ bool Work::wait_for(std::chrono::microseconds timeout) const {
   if (!state_) return true;
   std::unique_lock<std::mutex> lock(state_->mutex);
   return state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; });
+}
+
+void Work::on_completion(std::function<void()> callback) const {
+  if (!callback) return;
+  if (state_) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (!state_->done) {
+      state_->callbacks.push_back(std::move(callback));
+      return;
+    }
+  }
+  engine::WorkState::run_callback(callback);  // finished already: run it here, outside the lock
+}
+
+void engine::WorkState::run_callback(const std::function<void()>& callback) noexcept {
+  try {
+    callback();
+  } catch (const std::exception& e) {
+    HIERCOLL_LOG(kWarn, "a Work completion callback threw, which it must not: " << e.what());
+  } catch (...) {
+    HIERCOLL_LOG(kWarn, "a Work completion callback threw, which it must not");
+  }
 }
 
 int Work::source() const {

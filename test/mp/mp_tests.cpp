@@ -5,6 +5,10 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <regex>
 
 #include "launcher.hpp"
 
@@ -113,6 +117,37 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
     CHECK(result.ranks[r].output.find("EXPECTED ERROR") != std::string::npos);
   }
   CHECK(count_segments() <= before);
+}
+
+TEST_CASE("a rank that stops calling collectives is named by every other rank and by the flight records",
+          "[mp][errors][flight]") {
+  char dir_template[] = "/tmp/hiercoll-flight-test-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  auto options =
+      loopback({{"HIERCOLL_TIMEOUT_MS", "3000"}, {"HIERCOLL_TEST_HANG_RANK", "2"}, {"HIERCOLL_FLIGHT_DUMP", dir}});
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"hang"}, options);
+  INFO(result.report());
+  CHECK(result.all_ok());
+  for (int r : {0, 1, 3}) {
+    const std::string& out = result.ranks[r].output;
+    CHECK(out.find("EXPECTED ERROR [timeout]") != std::string::npos);
+    CHECK(out.find("no answer from rank 2 ") != std::string::npos);  // the others are level: not named
+    CHECK(out.find("flight record in " + dir) != std::string::npos);
+  }
+  // The merged records: ranks 0, 1, 3 failed in collective #6 (the init barrier is #0), rank 2 never called it.
+  const std::string report_file = dir + "/report.txt";
+  const std::string command = "python3 " HIERCOLL_SOURCE_DIR "/tools/flight-report " + dir + " > " + report_file;
+  REQUIRE(std::system(command.c_str()) == 0);
+  std::ifstream in(report_file);
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(report);
+  CHECK(report.find("4 of 4 ranks' records") != std::string::npos);
+  CHECK(report.find("not called: rank(s) 2 never called #6 allreduce(") != std::string::npos);
+  CHECK(report.find("rank 0: 6 collectives completed, in #6 allreduce(") != std::string::npos);
+  CHECK(report.find("rank 2: 6 collectives completed, idle") != std::string::npos);
+  CHECK(report.find("(failed)") != std::string::npos);
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST_CASE("the other collectives equal the serial reference", "[mp][collectives]") {
@@ -228,4 +263,78 @@ TEST_CASE("gradient bucketing equals unbucketed allreduce, overlaps, and rebuild
   auto result = launch(ranks, HIERCOLL_MP_WORKER, {"bucketer"}, loopback());
   INFO(result.report());
   CHECK(result.all_ok());
+}
+
+namespace {
+// "STARTUP OK calls=N" of every rank, or -1 where missing.
+int startup_calls(const std::string& output) {
+  auto at = output.find("STARTUP OK calls=");
+  return at == std::string::npos ? -1 : std::atoi(output.c_str() + at + 17);
+}
+}  // namespace
+
+// True if `text` names `rank` in one of hiercoll's forms: "rank 3", "rank(s) 3", "ranks 1, 3", "ranks 2-3".
+bool names_rank(const std::string& text, int rank) {
+  static const std::regex list(R"(rank(?:s|\(s\))? ([0-9]+(?:(?:, |-)[0-9]+)*))");
+  static const std::regex item(R"(([0-9]+)(?:-([0-9]+))?)");
+  for (std::sregex_iterator it(text.begin(), text.end(), list), end; it != end; ++it) {
+    const std::string ranks = (*it)[1];
+    for (std::sregex_iterator jt(ranks.begin(), ranks.end(), item); jt != end; ++jt) {
+      const int first = std::stoi((*jt)[1]);
+      const int last = (*jt)[2].matched ? std::stoi((*jt)[2]) : first;
+      if (first <= rank && rank <= last) return true;
+    }
+  }
+  return false;
+}
+
+// Start-up's steps are store calls (publish node and address, wait for everyone's, read them, the node's
+// shared-memory name), then the init barrier. A rank killed before each of its calls, and inside the barrier,
+// must make every survivor raise TimeoutError or RemoteError naming it, within the timeout, with no thread,
+// descriptor or shared-memory segment left behind (test/mp/startup_worker.cpp).
+TEST_CASE("a rank killed at each start-up step is named by every survivor, which leaks nothing",
+          "[mp][errors][startup]") {
+  auto options = loopback();       // the clean run: a generous timeout, sanitizers slow start-up
+  options.node_of = {0, 0, 1, 1};  // node 1's shared memory is made by rank 2 and attached by rank 3
+  options.timeout = std::chrono::seconds(120);
+  auto clean = launch(4, HIERCOLL_STARTUP_WORKER, {}, options);
+  INFO(clean.report());
+  REQUIRE(clean.all_ok());
+  options.env["HIERCOLL_TIMEOUT_MS"] = "2000";
+  // Rank 2 at every step; rank 3 at the steps it alone has: waiting for and reading its node's segment name.
+  const int victim = GENERATE(2, 3);
+  const int calls = startup_calls(clean.ranks[victim].output);
+  REQUIRE(calls > 3);
+  const int segments_before = count_segments();
+  for (int step = victim == 2 ? 1 : calls - 1; step <= calls + 1; ++step) {
+    // Steps 1..calls: dies before that store call; then just after its last (in the init barrier or the first
+    // collectives after it).
+    auto run = options;
+    run.rank_env[victim] = {{"HIERCOLL_TEST_VICTIM", std::to_string(victim)},
+                            {"HIERCOLL_TEST_DIE_AT_CALL", std::to_string(std::min(step, calls))}};
+    if (step > calls) run.rank_env[victim]["HIERCOLL_TEST_DIE_AFTER_MS"] = "0";
+    for (int r = 0; r < 4; ++r) run.rank_env[r]["HIERCOLL_TEST_VICTIM"] = std::to_string(victim);
+    const auto start = std::chrono::steady_clock::now();
+    auto result = launch(4, HIERCOLL_STARTUP_WORKER, {}, run);
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO("victim rank " << victim << ", step " << step << " of " << calls + 1 << "\n" << result.report());
+    CHECK_FALSE(result.timed_out);
+    CHECK(took < std::chrono::seconds(30));
+    CHECK(result.ranks[victim].exit_code == 9);
+    for (int r = 0; r < 4; ++r) {
+      if (r == victim) continue;
+      const std::string& out = result.ranks[r].output;
+      CHECK(result.ranks[r].exit_code == 3);
+      CHECK((out.find("STARTUP ERROR [timeout]") != std::string::npos ||
+             out.find("STARTUP ERROR [remote error]") != std::string::npos));
+      CHECK(names_rank(out, victim));
+      CHECK(out.find("LEAKS threads=0 fds=0") != std::string::npos);
+    }
+  }
+  // A dead creator's segment is left (kill -9 gives it no chance) until the next start-up sweeps it.
+  options.env["HIERCOLL_TIMEOUT_MS"] = "60000";
+  auto sweep = launch(4, HIERCOLL_STARTUP_WORKER, {}, options);
+  INFO(sweep.report());
+  CHECK(sweep.all_ok());
+  CHECK(count_segments() <= segments_before);
 }

@@ -4,6 +4,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -11,10 +12,11 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "hiercoll/hiercoll.hpp"
 #include "expect.hpp"
+#include "hiercoll/hiercoll.hpp"
 #include "values.hpp"
 
 using namespace hiercoll;
@@ -39,7 +41,6 @@ Buffer make_input(int rank, size_t count, DataType type, ReduceOp op, uint32_t s
   for (size_t i = 0; i < count; ++i) put(type, buffer.data(), i, input_value(rank, first_index + i, type, op, seed));
   return buffer;
 }
-
 
 std::string name(const char* op, DataType type, ReduceOp reduce_op, size_t count, bool in_place) {
   return std::string(op) + " " + to_string(type) + " " + to_string(reduce_op) + " count=" + std::to_string(count) +
@@ -223,7 +224,6 @@ void run_collectives(Communicator& comm) {
   }
 }
 
-
 void run_errors(Communicator& comm) {
   const int n = comm.size();
   std::vector<float> a(64), b(64);
@@ -275,6 +275,35 @@ void run_die(Communicator& comm) {
       comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
     }
     std::printf("FAIL: survived a dead peer\n");
+    ++g_failures;
+  } catch (const Error& e) {
+    std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
+// One rank stops calling collectives (alive, but stuck outside hiercoll, as a rank in a long data-loader stall or a
+// deadlock of its own): the others' next allreduce times out, and its error names that rank. The hung rank writes
+// its flight record on request when it wakes up, as a user would from a signal handler or a watchdog.
+void run_hang(Communicator& comm) {
+  const int hung = std::atoi(std::getenv("HIERCOLL_TEST_HANG_RANK") ? std::getenv("HIERCOLL_TEST_HANG_RANK") : "2");
+  std::vector<float> data(1000, 1.0f);
+  for (int i = 0; i < 5; ++i) {
+    comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  }
+  if (comm.rank() == hung) {
+    const char* timeout_ms = std::getenv("HIERCOLL_TIMEOUT_MS");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * std::atoi(timeout_ms ? timeout_ms : "1000") + 2000));
+    if (const char* dir = std::getenv("HIERCOLL_FLIGHT_DUMP")) {
+      std::FILE* file =
+          std::fopen((std::string(dir) + "/hiercoll-flight-hung-" + std::to_string(hung) + ".json").c_str(), "w");
+      std::fputs(comm.flight_record().c_str(), file);
+      std::fclose(file);
+    }
+    return;
+  }
+  try {
+    comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    std::printf("FAIL: an allreduce without rank %d completed\n", hung);
     ++g_failures;
   } catch (const Error& e) {
     std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
@@ -573,6 +602,7 @@ int main(int argc, char** argv) {
     else if (scenario == "errors") run_errors(comm);
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
+    else if (scenario == "hang") run_hang(comm);
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);
     else if (scenario == "soak") run_soak(comm);

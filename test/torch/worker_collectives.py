@@ -375,6 +375,24 @@ def test_barrier_and_futures():
     check("future then()", fut.wait(), torch.ones(8) * SIZE * (SIZE - 1))
 
 
+
+def test_flight_record():
+    """The flight record: every collective so far done, the same number on every rank (compared through gloo),
+    the last one the barrier just made."""
+    record = hiercoll_torch.flight_record()
+    counts = [torch.zeros(2, dtype=torch.int64) for _ in range(SIZE)]
+    dist.all_gather(counts, torch.tensor([record["called"], record["completed"]]), group=GLOO)
+    check("flight record called/completed on every rank", torch.stack(counts),
+          torch.tensor([[record["called"]] * 2] * SIZE))
+    entries = record["entries"]
+    ok = (record["rank"] == RANK and record["size"] == SIZE and record["called"] > 50
+          and len(entries) == min(256, record["called"]) and entries[-1]["op"].startswith("barrier")
+          and all(e["state"] == "done" and e["ended_us"] >= e["started_us"] >= e["queued_us"] > 0 for e in entries)
+          and [e["seq"] for e in entries] == list(range(record["called"] - len(entries), record["called"])))
+    if not ok:
+        failures.append(f"flight record: {str(record)[:400]}")
+
+
 if __name__ == "__main__":
     faulthandler.enable()
     dist.init_process_group(backend="hiercoll")
@@ -396,6 +414,7 @@ if __name__ == "__main__":
     test_sequence_numbers()
     test_barrier_and_futures()
     dist.barrier()
+    test_flight_record()
     print(f"rank {RANK}: {checked} checks, {len(failures)} failed", flush=True)
     if failures:
         print("\n".join(failures[:40]), file=sys.stderr)

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -46,6 +47,32 @@ TEST_CASE("the creator's destructor removes the name", "[shm]") {
     CHECK(exists(name));
   }
   CHECK_FALSE(exists(name));
+}
+
+TEST_CASE("moving a segment moves the ownership; assigning over an owner removes its old name", "[shm]") {
+  ShmSegment first = ShmSegment::create("unit-move-1", 4096);
+  const std::string first_name = first.name();
+  std::memcpy(first.data(), "first", 6);
+  ShmSegment moved(std::move(first));  // construction: the mapping and the duty to unlink travel
+  CHECK(moved.name() == first_name);
+  CHECK(std::string(static_cast<char*>(moved.data())) == "first");
+  CHECK(first.data() == nullptr);
+
+  ShmSegment second = ShmSegment::create("unit-move-2", 4096);
+  const std::string second_name = second.name();
+  moved = std::move(second);  // assignment over a live owner: its segment goes first
+  CHECK_FALSE(exists(first_name));
+  CHECK(moved.name() == second_name);
+  CHECK(exists(second_name));
+  std::optional<ShmSegment> attached = ShmSegment::attach_if_present(second_name, 4096);
+  REQUIRE(attached);
+  CHECK(attached->data() != moved.data());  // a second mapping of the same memory
+  std::memcpy(moved.data(), "second", 7);
+  CHECK(std::string(static_cast<char*>(attached->data())) == "second");
+  CHECK_FALSE(ShmSegment::attach_if_present(first_name, 4096));
+  moved = ShmSegment();  // dropping the owner removes the name; the attached mapping stays valid
+  CHECK_FALSE(exists(second_name));
+  CHECK(std::string(static_cast<char*>(attached->data())) == "second");
 }
 
 TEST_CASE("segments of dead creators are swept", "[shm]") {

@@ -48,6 +48,16 @@ def allreduce_algorithm(nbytes, group=None):
     return _C.allreduce_algorithm(_backend_of(group), nbytes)
 
 
+def flight_record(group=None):
+    """This rank's last collectives in `group` (sequence number, operation, state, wall-clock times), as a dict.
+
+    Write it from a watchdog or a signal handler when a job hangs; tools/flight-report merges the ranks' records
+    and names the ranks behind (docs/reliability.md)."""
+    import json
+
+    return json.loads(_C.flight_record(_backend_of(group)))
+
+
 def init_process_group(backend=BACKEND_NAME, **kwargs):
     """torch.distributed.init_process_group that also understands mpirun's and Slurm's environment.
 

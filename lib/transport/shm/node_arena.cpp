@@ -1,5 +1,7 @@
 #include "transport/shm/node_arena.hpp"
 
+#include "hiercoll/errors.hpp"
+
 namespace hiercoll::transport {
 
 namespace {
@@ -28,9 +30,11 @@ std::unique_ptr<NodeArena> NodeArena::create(const std::string& tag, int local_s
 
 std::unique_ptr<NodeArena> NodeArena::attach(const std::string& name, int local_rank, int local_size, int slots,
                                              size_t area_bytes) {
-  return std::unique_ptr<NodeArena>(
-      new NodeArena(ShmSegment::attach(name, segment_bytes(local_size, slots, area_bytes)), local_rank, local_size,
-                    slots, area_bytes));
+  std::optional<ShmSegment> segment = ShmSegment::attach_if_present(name, segment_bytes(local_size, slots, area_bytes));
+  // Its maker removes the name only once every local rank has attached: gone before that, the maker died (and a
+  // start-up's sweep_stale_segments removed what it left).
+  if (!segment) throw RemoteError("the node's shared memory " + name + " is gone: the process that made it died");
+  return std::unique_ptr<NodeArena>(new NodeArena(std::move(*segment), local_rank, local_size, slots, area_bytes));
 }
 
 uint64_t* NodeArena::flag(FlagKind kind, int slot, int owner) const {

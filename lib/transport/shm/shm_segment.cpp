@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "hiercoll/errors.hpp"
 
@@ -29,11 +30,15 @@ void* map(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-ShmSegment::ShmSegment(ShmSegment&& other) noexcept { *this = std::move(other); }
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept
+    : name_(std::move(other.name_)), data_(other.data_), size_(other.size_), owner_(other.owner_) {
+  other.data_ = nullptr;
+  other.owner_ = false;
+}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
-    this->~ShmSegment();
+    release();
     name_ = std::move(other.name_);
     data_ = other.data_;
     size_ = other.size_;
@@ -44,7 +49,9 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   return *this;
 }
 
-ShmSegment::~ShmSegment() {
+ShmSegment::~ShmSegment() { release(); }
+
+void ShmSegment::release() noexcept {
   if (owner_) unlink();
   if (data_) munmap(data_, size_);
   data_ = nullptr;
@@ -67,9 +74,16 @@ ShmSegment ShmSegment::create(const std::string& tag, size_t bytes) {
 }
 
 ShmSegment ShmSegment::attach(const std::string& name, size_t bytes) {
+  std::optional<ShmSegment> segment = attach_if_present(name, bytes);
+  if (!segment) throw SystemError("shm_open(" + name + ") failed: no such segment");
+  return std::move(*segment);
+}
+
+std::optional<ShmSegment> ShmSegment::attach_if_present(const std::string& name, size_t bytes) {
   ShmSegment segment;
   segment.name_ = name;
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == ENOENT) return std::nullopt;
   if (fd < 0) throw_errno("shm_open", name);
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {

@@ -6,6 +6,7 @@
 // communicator starts) removes every hiercoll segment whose creator pid no longer exists.
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace hiercoll::transport {
@@ -21,6 +22,8 @@ class ShmSegment {
   static ShmSegment create(const std::string& tag, size_t bytes);
   /// Maps a segment another process created under `name` (from name()).
   static ShmSegment attach(const std::string& name, size_t bytes);
+  /// As attach, but no segment of that name is nullopt rather than an error.
+  static std::optional<ShmSegment> attach_if_present(const std::string& name, size_t bytes);
   /// Removes the name; the mapping stays valid. Idempotent.
   void unlink();
 
@@ -29,6 +32,8 @@ class ShmSegment {
   const std::string& name() const { return name_; }
 
  private:
+  void release() noexcept;  // unlinks (if the owner) and unmaps; the members stay alive for reuse
+
   std::string name_;
   void* data_ = nullptr;
   size_t size_ = 0;

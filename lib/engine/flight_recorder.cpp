@@ -1,0 +1,177 @@
+#include "engine/flight_recorder.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <thread>
+
+namespace hiercoll::engine {
+
+const char* to_string(FlightRecorder::State state) {
+  switch (state) {
+    case FlightRecorder::State::kQueued: return "queued";
+    case FlightRecorder::State::kRunning: return "running";
+    case FlightRecorder::State::kDone: return "done";
+    case FlightRecorder::State::kFailed: return "failed";
+  }
+  return "?";
+}
+
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
+
+FlightRecorder::Entry* FlightRecorder::find(uint64_t seq) {
+  Entry& slot = ring_[seq % ring_.size()];
+  return slot.seq == seq ? &slot : nullptr;  // overwritten by a later one: nothing to update
+}
+
+uint64_t FlightRecorder::queued(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t seq = next_++;
+  Entry& slot = ring_[seq % ring_.size()];
+  slot = Entry{};
+  slot.seq = seq;
+  slot.what = what;
+  slot.queued = std::chrono::system_clock::now();
+  return seq;
+}
+
+void FlightRecorder::started(uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Entry* e = find(seq)) {
+    e->state = State::kRunning;
+    e->started = std::chrono::system_clock::now();
+  }
+}
+
+void FlightRecorder::ended(uint64_t seq, bool ok) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ok) completed_ = std::max(completed_, seq + 1);
+  if (Entry* e = find(seq)) {
+    e->state = ok ? State::kDone : State::kFailed;
+    e->ended = std::chrono::system_clock::now();
+  }
+}
+
+uint64_t FlightRecorder::called() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_;
+}
+
+uint64_t FlightRecorder::completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Entry> kept;
+  const uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 0;
+  for (uint64_t seq = first; seq < next_; ++seq) kept.push_back(ring_[seq % ring_.size()]);
+  return kept;
+}
+
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Microseconds since the epoch; 0 for a time that never came.
+long long micros(std::chrono::system_clock::time_point t) {
+  if (t == std::chrono::system_clock::time_point{}) return 0;
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+// "1, 3-5, 8"
+std::string ranges(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string ranks_word(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + ranges(ranks);
+}
+
+}  // namespace
+
+std::string FlightRecorder::json(const std::string& communicator, int rank, int size) const {
+  std::ostringstream out;
+  out << "{\"communicator\": " << quoted(communicator) << ", \"rank\": " << rank << ", \"size\": " << size
+      << ", \"called\": " << called() << ", \"completed\": " << completed() << ", \"entries\": [";
+  bool first = true;
+  for (const Entry& e : entries()) {
+    out << (first ? "" : ", ") << "{\"seq\": " << e.seq << ", \"op\": " << quoted(e.what) << ", \"state\": \""
+        << to_string(e.state) << "\", \"queued_us\": " << micros(e.queued) << ", \"started_us\": " << micros(e.started)
+        << ", \"ended_us\": " << micros(e.ended) << "}";
+    first = false;
+  }
+  out << "]}";
+  return out.str();
+}
+
+std::string who_is_behind(Store& store, int rank, int size, uint64_t completed, std::chrono::milliseconds grace) {
+  auto key = [](int r) { return "flight/" + std::to_string(r); };
+  std::map<int, uint64_t> counts;  // rank -> collectives it completed
+  bool store_lost = false;
+  try {
+    store.set(key(rank), std::to_string(completed));
+    counts[rank] = completed;
+    const auto give_up = std::chrono::steady_clock::now() + grace;
+    for (;;) {
+      for (int r = 0; r < size; ++r) {
+        if (counts.count(r) || !store.check({key(r)})) continue;
+        counts[r] = std::stoull(store.get_string(key(r)));
+      }
+      if (static_cast<int>(counts.size()) == size || std::chrono::steady_clock::now() >= give_up) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception&) {
+    store_lost = true;  // its server's host may be the one that went away
+  }
+  std::vector<int> behind, ahead, silent;
+  for (int r = 0; r < size; ++r) {
+    auto it = counts.find(r);
+    if (it == counts.end()) silent.push_back(r);
+    else if (it->second < completed) behind.push_back(r);
+    else if (it->second > completed) ahead.push_back(r);
+  }
+  std::ostringstream out;
+  auto with_counts = [&](const std::vector<int>& ranks) {
+    std::ostringstream text;
+    text << ranks_word(ranks) << " (";
+    for (size_t i = 0; i < ranks.size() && i < 8; ++i) text << (i ? ", " : "") << counts[ranks[i]];
+    text << (ranks.size() > 8 ? ", ...)" : ")");
+    return text.str();
+  };
+  if (!behind.empty()) out << "; behind this rank (" << completed << " collectives completed): " << with_counts(behind);
+  if (!ahead.empty()) out << "; ahead of this rank (" << completed << " completed): " << with_counts(ahead);
+  if (!silent.empty()) {
+    out << "; no answer from " << ranks_word(silent) << " within " << grace.count()
+        << " ms (dead, or not in a hiercoll call)";
+    if (store_lost) out << " - the store became unreachable";
+  }
+  return out.str();
+}
+
+}  // namespace hiercoll::engine

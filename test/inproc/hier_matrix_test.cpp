@@ -1,0 +1,168 @@
+// The node-aware algorithms on in-process ranks: emulated nodes whose local ranks share a real NodeArena (shared
+// memory, here within one process) and a HostQueue each, the inter-node phase over the in-process fabric, as the
+// engine wires them for host buffers (engine/collective.cpp). Each rank's output is compared with a serial
+// reference, with and without delays and reordering on the network, and a rank killed mid-run must make every
+// survivor fail within its deadline.
+#include <algorithm>
+#include <string>
+
+#include "algo/background.hpp"
+#include "algo/hierarchy.hpp"
+#include "algo/network_stage.hpp"
+#include "device/host_queue.hpp"
+#include "hiercoll/topology.hpp"
+#include "ranks.hpp"
+#include "transport/shm/node_arena.hpp"
+
+using namespace hiercoll;
+using namespace hiercoll::test;
+
+namespace {
+
+/// What the engine prepares once per communicator for the node-aware algorithms, for every emulated rank.
+struct EmulatedNodes {
+  std::vector<std::unique_ptr<transport::NodeArena>> arenas;  // by rank
+  std::vector<std::unique_ptr<device::HostQueue>> queues;
+  std::vector<std::unique_ptr<algo::BackgroundWorker>> workers;
+  std::vector<algo::NodeMemory> memory;
+  std::vector<algo::Hierarchy> hierarchy;
+
+  /// `node_of[r]`: rank r's node. Shared-memory areas of `area_bytes` (small: many pieces per operation);
+  /// the inter-node phase uses recursive doubling up to `small_message_bytes`, the ring above.
+  EmulatedNodes(const std::vector<int>& node_of, size_t area_bytes, size_t small_message_bytes) {
+    const int n = static_cast<int>(node_of.size());
+    std::vector<std::string> ids;
+    for (int node : node_of) ids.push_back("node" + std::to_string(node));
+    arenas.resize(static_cast<size_t>(n));
+    std::vector<std::string> names;
+    for (int r = 0; r < n; ++r) {
+      const Layout layout = Layout::from_node_ids(ids, r);
+      if (layout.local_rank != 0) continue;  // makers first: the others attach to what they made
+      arenas[r] = transport::NodeArena::create("inproc-" + std::to_string(layout.node), layout.local_size,
+                                               algo::kHierBufferSets, area_bytes);
+    }
+    for (int r = 0; r < n; ++r) {
+      const Layout layout = Layout::from_node_ids(ids, r);
+      if (layout.local_rank != 0) {
+        const int maker = layout.rank_at(layout.node, 0);
+        arenas[r] = transport::NodeArena::attach(arenas[maker]->name(), layout.local_rank, layout.local_size,
+                                                 algo::kHierBufferSets, area_bytes);
+      }
+      queues.push_back(std::make_unique<device::HostQueue>());
+      workers.push_back(std::make_unique<algo::BackgroundWorker>());
+      algo::NodeMemory m;
+      m.peers = arenas[r].get();
+      m.queue = queues.back().get();
+      memory.push_back(m);
+      algo::Hierarchy h;
+      for (int node = 0; node < layout.node_count; ++node) h.rail.push_back(layout.rank_at(node, layout.local_rank));
+      h.node = layout.node;
+      h.local_rank = layout.local_rank;
+      h.local_size = layout.local_size;
+      h.small_message_bytes = small_message_bytes;
+      h.network = workers.back().get();
+      hierarchy.push_back(h);
+    }
+    for (auto& arena : arenas) arena->unlink();  // everyone attached: no name left behind, whatever happens next
+  }
+
+  void allreduce(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op) {
+    const size_t r = static_cast<size_t>(ch.rank());
+    algo::HelperStage network(*hierarchy[r].network, ch);
+    algo::allreduce_hier(algo::Issue::of(ch), hierarchy[r], memory[r], network, in, out, count, type, op);
+  }
+};
+
+struct Shape {
+  const char* name;
+  std::vector<int> node_of;
+};
+
+const std::vector<Shape> kShapes = {
+    {"1x2", {0, 0}},
+    {"1x4", {0, 0, 0, 0}},
+    {"2x1", {0, 1}},
+    {"2x2", {0, 0, 1, 1}},
+    {"3x2", {0, 0, 1, 1, 2, 2}},
+    {"2x3", {0, 0, 0, 1, 1, 1}},
+    {"interleaved 2x2", {0, 1, 0, 1}},
+    {"4x4", {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}},
+    {"8x2", {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7}},
+    {"2x8", {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}},
+};
+
+// Empty, one, fewer than ranks, not divisible, below and above the small-message switch, many pieces.
+const std::vector<size_t> kCounts = {0, 1, 5, 97, 1000, 5003};
+
+}  // namespace
+
+TEST_CASE("hierarchical allreduce on emulated node layouts equals the serial reference", "[inproc][hier]") {
+  for (const Shape& shape : kShapes) {
+    const int n = static_cast<int>(shape.node_of.size());
+    for (int variant = 0; variant < 3; ++variant) {
+      EmulatedNodes nodes(shape.node_of, /*area_bytes=*/1024, /*small_message_bytes=*/1024);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        for (size_t count : kCounts) {
+          if (variant > 0 && count > 1000) continue;  // delays make long runs slow; short ones suffice for order
+          INFO(shape.name << ", count " << count << ", " << to_string(op) << ", faults " << variant);
+          std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(count, -99.f));
+          auto results = run_ranks(n, faults_for(variant), std::chrono::seconds(30), [&](Channel& ch) {
+            std::vector<float> in(count);
+            for (size_t i = 0; i < count; ++i) in[i] = input(ch.rank(), i);
+            nodes.allreduce(ch, in.data(), out[static_cast<size_t>(ch.rank())].data(), count, DataType::kFloat32, op);
+          });
+          require_all_ok(results);
+          for (size_t i = 0; i < count; ++i) {
+            const float expected = reduced_input(n, i, op);
+            for (int r = 0; r < n; ++r) REQUIRE(out[static_cast<size_t>(r)][i] == expected);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("node reduce-scatter and allgather through shared memory equal the serial reference", "[inproc][hier]") {
+  for (int local : {1, 2, 3, 4, 8}) {
+    const std::vector<int> node_of(static_cast<size_t>(local), 0);
+    EmulatedNodes nodes(node_of, /*area_bytes=*/512, /*small_message_bytes=*/0);
+    for (size_t block : {size_t{0}, size_t{1}, size_t{7}, size_t{300}}) {
+      const size_t total = block * static_cast<size_t>(local);
+      INFO("local ranks " << local << ", block " << block);
+      std::vector<std::vector<float>> scattered(static_cast<size_t>(local)), gathered(static_cast<size_t>(local));
+      auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
+        const size_t r = static_cast<size_t>(ch.rank());
+        std::vector<float> in(total);
+        for (size_t i = 0; i < total; ++i) in[i] = input(ch.rank(), i);
+        scattered[r].assign(block, -99.f);
+        algo::reduce_scatter_node(algo::Issue::of(ch), nodes.memory[r], in.data(), scattered[r].data(), block,
+                                  DataType::kFloat32, ReduceOp::kSum);
+        gathered[r].assign(total, -99.f);
+        algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data() + r * block, gathered[r].data(), block,
+                             DataType::kFloat32);
+      });
+      require_all_ok(results);
+      for (int r = 0; r < local; ++r) {
+        const size_t rr = static_cast<size_t>(r);
+        for (size_t i = 0; i < block; ++i) {
+          REQUIRE(scattered[rr][i] == reduced_input(local, rr * block + i, ReduceOp::kSum));
+        }
+        for (size_t i = 0; i < total; ++i) REQUIRE(gathered[rr][i] == input(static_cast<int>(i / block), i));
+      }
+    }
+  }
+}
+
+TEST_CASE("a rank killed mid-way through hierarchical allreduces makes every survivor fail in time", "[inproc][hier]") {
+  const std::vector<int> node_of = {0, 0, 1, 1, 2, 2};
+  const int n = static_cast<int>(node_of.size());
+  for (int victim : {1, 2}) {  // a node's second rank, and a node's first
+    INFO("victim rank " << victim);
+    EmulatedNodes nodes(node_of, 1024, 1024);
+    const std::vector<float> in(4000, 1.f);
+    survivors_fail_after_kill(n, victim, [&](Channel& ch) {
+      std::vector<float> out(in.size());
+      nodes.allreduce(ch, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+    });
+  }
+}
