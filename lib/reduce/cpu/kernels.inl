@@ -1,9 +1,8 @@
 // Reduction kernels, included once per instruction set by kernels_<isa>.cpp with HIERCOLL_ISA_NS set.
-// The loops are written so the compiler vectorises them for the flags of that file; only the fp16
-// conversion uses intrinsics (F16C), because compilers do not vectorise software half conversion.
-//
-// Phases for fp16/bf16: (1) widen a block of both inputs to fp32 in L1-sized scratch, (2) reduce the
-// block in fp32 with the float kernel, (3) round the block back to 16 bits into dst.
+// The loops are written so the compiler vectorises them for the flags of that file. fp16 and bf16 are
+// written with AVX2/F16C intrinsics where the file has them: each vector of 16-bit values is widened to fp32
+// in registers, combined, and rounded back, in one pass over memory. (Widening blocks into an L1 scratch and
+// reducing them there, as the scalar build does, made three passes and reached about 0.6 of memcpy's rate.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -91,6 +90,87 @@ void narrow_bf16(uint16_t* out, const float* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = detail::float_to_bf16(in[i]);
 }
 
+#if defined(__AVX2__) && defined(__F16C__)
+// Eight fp16 or bf16 values <-> one __m256 of fp32. Conversions round to nearest even, as the scalar ones.
+struct HalfLanes {
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void store(uint16_t* p, __m256 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
+struct Bf16Lanes {
+  static __m256 load(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static void store(uint16_t* p, __m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    // Round to nearest even: add 0x7fff plus the lowest kept bit, then keep the upper half (float_to_bf16).
+    const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowest_kept));
+    // Unlike float_to_bf16, no NaN case: every NaN here is quiet with its lower 16 bits zero (a widened bf16 NaN,
+    // quieted by the operation, or the default NaN), so rounding cannot carry it into infinity.
+    const __m256i upper = _mm256_srli_epi32(rounded, 16);
+    // Every lane is below 2^16 now, so the saturating pack is exact; it packs within 128-bit halves.
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(upper), _mm256_extracti128_si256(upper, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+};
+
+// The same operations as Sum/Prod/Min/Max on eight floats (minps/maxps return the second operand when either is
+// NaN, as `a < b ? a : b` does).
+struct SumLanes {
+  static __m256 apply(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+};
+struct ProdLanes {
+  static __m256 apply(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+};
+struct MinLanes {
+  static __m256 apply(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
+};
+struct MaxLanes {
+  static __m256 apply(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+};
+template <typename Op>
+struct LanesOf;
+template <>
+struct LanesOf<Sum> {
+  using type = SumLanes;
+};
+template <>
+struct LanesOf<Prod> {
+  using type = ProdLanes;
+};
+template <>
+struct LanesOf<Min> {
+  using type = MinLanes;
+};
+template <>
+struct LanesOf<Max> {
+  using type = MaxLanes;
+};
+
+template <typename Lanes, float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Op>
+void reduce_16bit_lanes(void* dst, const void* a, const void* b, size_t count) {
+  using VecOp = typename LanesOf<Op>::type;
+  auto* d = static_cast<uint16_t*>(dst);
+  auto* x = static_cast<const uint16_t*>(a);
+  auto* y = static_cast<const uint16_t*>(b);
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {  // two vectors per turn: the loads of the second overlap the first's work
+    const __m256 lo = VecOp::apply(Lanes::load(x + i), Lanes::load(y + i));
+    const __m256 hi = VecOp::apply(Lanes::load(x + i + 8), Lanes::load(y + i + 8));
+    Lanes::store(d + i, lo);
+    Lanes::store(d + i + 8, hi);
+  }
+  for (; i + 8 <= count; i += 8) Lanes::store(d + i, VecOp::apply(Lanes::load(x + i), Lanes::load(y + i)));
+  for (; i < count; ++i) d[i] = FromFloat(Op::apply(ToFloat(x[i]), ToFloat(y[i])));
+}
+#endif
+
 template <void (*Widen)(float*, const uint16_t*, size_t), void (*Narrow)(uint16_t*, const float*, size_t), typename Op>
 void reduce_16bit(void* dst, const void* a, const void* b, size_t count) {
   alignas(64) float fa[kBlock];
@@ -149,6 +229,18 @@ void fill_16bit_row(KernelTable& table, DataType type) {
   table.divide[t] = divide_16bit<Widen, Narrow>;
 }
 
+#if defined(__AVX2__) && defined(__F16C__)
+template <typename Lanes, float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void use_16bit_lanes(KernelTable& table, DataType type) {
+  auto& row = table.reduce[static_cast<size_t>(type)];
+  row[static_cast<size_t>(ReduceOp::kSum)] = reduce_16bit_lanes<Lanes, ToFloat, FromFloat, Sum>;
+  row[static_cast<size_t>(ReduceOp::kProd)] = reduce_16bit_lanes<Lanes, ToFloat, FromFloat, Prod>;
+  row[static_cast<size_t>(ReduceOp::kMin)] = reduce_16bit_lanes<Lanes, ToFloat, FromFloat, Min>;
+  row[static_cast<size_t>(ReduceOp::kMax)] = reduce_16bit_lanes<Lanes, ToFloat, FromFloat, Max>;
+  row[static_cast<size_t>(ReduceOp::kAvg)] = reduce_16bit_lanes<Lanes, ToFloat, FromFloat, Sum>;
+}
+#endif
+
 }  // namespace
 
 KernelTable make_kernel_table() {
@@ -161,6 +253,10 @@ KernelTable make_kernel_table() {
   fill_row<int64_t>(table, DataType::kInt64);
   fill_16bit_row<widen_half, narrow_half>(table, DataType::kFloat16);
   fill_16bit_row<widen_bf16, narrow_bf16>(table, DataType::kBFloat16);
+#if defined(__AVX2__) && defined(__F16C__)
+  use_16bit_lanes<HalfLanes, detail::half_to_float, detail::float_to_half>(table, DataType::kFloat16);
+  use_16bit_lanes<Bf16Lanes, detail::bf16_to_float, detail::float_to_bf16>(table, DataType::kBFloat16);
+#endif
   return table;
 }
 
