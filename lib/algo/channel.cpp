@@ -46,8 +46,10 @@ namespace {
 
 // The tag keeps 16 bits of the step, so steps wrap modulo 65536, on purpose: an operation may number more steps than
 // that (the hierarchical allreduce gives each piece its own range, and a message of tens of GB has thousands of
-// pieces). Two steps that wrap onto one tag are at least 65536 apart, and every step a rank posts is matched before
-// it gets that far ahead of any peer (pieces cross the network one after another), so they never meet.
+// pieces). Two steps that wrap onto one tag are 65536 apart; if both are in flight at once (a ring posts all its
+// first step's sends together), they still pair up right, because every algorithm posts its sends and receives to
+// a peer in step order and the transport matches one tag's messages between two ranks in the order sent.
+// Tested by the [wrap] in-process tests; docs/design.md "Tags" gives every field's limit.
 uint16_t wrapped(uint32_t step) { return static_cast<uint16_t>(step & 0xffffu); }
 
 }  // namespace

@@ -110,3 +110,23 @@ TEST_CASE("a rank killed mid-run makes every survivor fail within its deadline, 
     }
   }
 }
+
+TEST_CASE("a ring allreduce of more than 65536 steps: the tags' 16-bit steps wrap and the sum stays right",
+          "[inproc][wrap]") {
+  // The tag keeps 16 bits of the step (algo/channel.cpp): two ranks with 64-element chunks number one step per
+  // chunk of a half, so 2 x 64 x 66000 elements take 66000 steps in each phase, past the wrap.
+  const int n = 2;
+  const size_t count = 2 * 64 * 66000 + 13;
+  std::vector<std::vector<float>> out(n, std::vector<float>(count, -99.f));
+  auto results = run_ranks(n, faults_for(0), std::chrono::seconds(120), [&](Channel& ch) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = input(ch.rank(), i);
+    algo::allreduce_ring(ch, in.data(), out[static_cast<size_t>(ch.rank())].data(), count, DataType::kFloat32,
+                         ReduceOp::kSum);
+  });
+  require_all_ok(results);
+  for (size_t i = 0; i < count; ++i) {
+    const float expected = reduced_input(n, i, ReduceOp::kSum);
+    if (out[0][i] != expected || out[1][i] != expected) FAIL("element " << i << ": " << out[0][i] << ", " << out[1][i]);
+  }
+}

@@ -166,3 +166,26 @@ TEST_CASE("a rank killed mid-way through hierarchical allreduces makes every sur
     });
   }
 }
+
+TEST_CASE("a hierarchical allreduce whose pieces number more than 65536 steps stays right", "[inproc][hier][wrap]") {
+  // Each piece's network phase gets its own range of steps (allreduce_hier.cpp), a few dozen steps for these
+  // 1 KB areas, so a few thousand pieces pass the tags' 16-bit wrap several times.
+  const std::vector<int> node_of = {0, 0, 1, 1};
+  const int n = static_cast<int>(node_of.size());
+  const size_t count = 2'000'003;
+  EmulatedNodes nodes(node_of, /*area_bytes=*/1024, /*small_message_bytes=*/1024);
+  std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(count, -99.f));
+  auto results = run_ranks(n, faults_for(0), std::chrono::seconds(120), [&](Channel& ch) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = input(ch.rank(), i);
+    nodes.allreduce(ch, in.data(), out[static_cast<size_t>(ch.rank())].data(), count, DataType::kFloat32,
+                    ReduceOp::kSum);
+  });
+  require_all_ok(results);
+  for (size_t i = 0; i < count; ++i) {
+    const float expected = reduced_input(n, i, ReduceOp::kSum);
+    for (int r = 0; r < n; ++r) {
+      if (out[static_cast<size_t>(r)][i] != expected) FAIL("rank " << r << " element " << i);
+    }
+  }
+}
