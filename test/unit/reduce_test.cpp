@@ -99,9 +99,9 @@ TEST_CASE("16-bit kernels of every instruction set agree with the scalar ones on
           for (size_t i = 0; i < count; ++i) {
             const bool both_nan = std::isnan(to_float(want[i])) && std::isnan(to_float(got[i]));
             if (got[i] != want[i] && !both_nan) {
-              FAIL(reduce::to_string(isa) << " " << to_string(type) << " " << to_string(op) << " count " << count
-                                          << " i " << i << ": " << std::hex << a[i] << " op " << b[i] << " = "
-                                          << got[i] << ", the scalar kernel gives " << want[i]);
+              FAIL(reduce::to_string(isa)
+                   << " " << to_string(type) << " " << to_string(op) << " count " << count << " i " << i << ": "
+                   << std::hex << a[i] << " op " << b[i] << " = " << got[i] << ", the scalar kernel gives " << want[i]);
             }
           }
         }
