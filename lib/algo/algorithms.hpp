@@ -11,6 +11,9 @@ namespace hiercoll::algo {
 
 /// Ring: pipelined reduce-scatter then allgather; bandwidth-optimal, 2(n-1) latency steps.
 void allreduce_ring(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
+/// Sharded reduction servers (SageMaker's data-parallel scheme): rank j reduces part j of everyone's buffer and
+/// returns it; 2 steps of n-1 concurrent messages each, 2(n-1)/n of the buffer sent per rank.
+void allreduce_sharded(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 /// Recursive doubling (with folding for non-powers of two): log2(n) steps, for small messages.
 void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 struct Hierarchy;

@@ -3,6 +3,7 @@
 // killed rank making every survivor fail within its deadline.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "ranks.hpp"
+#include "values.hpp"
 
 using namespace hiercoll;
 using namespace hiercoll::test;
@@ -23,21 +25,27 @@ const std::vector<size_t> kCounts = {0, 1, 5, 97, 1000};
 
 }  // namespace
 
-TEST_CASE("allreduce (ring, recursive doubling) on 1..64 in-process ranks equals the serial sum", "[inproc]") {
+using AllreduceFn = void (*)(Channel&, const void*, void*, size_t, DataType, ReduceOp);
+struct NamedAllreduce {
+  const char* name;
+  AllreduceFn run;
+};
+const NamedAllreduce kAllreduces[] = {
+    {"ring", algo::allreduce_ring}, {"rd", algo::allreduce_recursive_doubling}, {"sharded", algo::allreduce_sharded}};
+
+TEST_CASE("allreduce (ring, recursive doubling, sharded) on 1..64 in-process ranks equals the serial sum", "[inproc]") {
   for (int variant = 0; variant < 3; ++variant) {
     for (int n : kRankCounts) {
       for (size_t count : kCounts) {
         if (variant > 0 && count > 97) continue;  // delays make long runs slow; short ones suffice for order
-        for (bool ring : {true, false}) {
-          INFO("ranks " << n << ", count " << count << ", " << (ring ? "ring" : "rd") << ", faults " << variant);
+        for (const NamedAllreduce& algorithm : kAllreduces) {
+          INFO("ranks " << n << ", count " << count << ", " << algorithm.name << ", faults " << variant);
           std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(count, -99.f));
           auto results = run_ranks(n, faults_for(variant), std::chrono::seconds(30), [&](Channel& ch) {
             std::vector<float> in(count);
             for (size_t i = 0; i < count; ++i) in[i] = input(ch.rank(), i);
             auto& mine = out[static_cast<size_t>(ch.rank())];
-            if (ring) algo::allreduce_ring(ch, in.data(), mine.data(), count, DataType::kFloat32, ReduceOp::kSum);
-            else
-              algo::allreduce_recursive_doubling(ch, in.data(), mine.data(), count, DataType::kFloat32, ReduceOp::kSum);
+            algorithm.run(ch, in.data(), mine.data(), count, DataType::kFloat32, ReduceOp::kSum);
           });
           require_all_ok(results);
           for (size_t i = 0; i < count; ++i) {
@@ -96,17 +104,47 @@ TEST_CASE("reduce-scatter, allgather, broadcast, reduce, alltoall, barrier on in
 
 TEST_CASE("a rank killed mid-run makes every survivor fail within its deadline, naming a rank", "[inproc]") {
   for (int n : {3, 4, 8}) {
-    for (bool ring : {true, false}) {
-      INFO("ranks " << n << ", " << (ring ? "ring" : "rd"));
+    for (const NamedAllreduce& algorithm : kAllreduces) {
+      INFO("ranks " << n << ", " << algorithm.name);
       const int victim = n - 2;
       std::vector<float> in(4000, 1.f);
       const bool named = survivors_fail_after_kill(n, victim, [&](Channel& ch) {
         std::vector<float> out(in.size());
-        if (ring) algo::allreduce_ring(ch, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
-        else
-          algo::allreduce_recursive_doubling(ch, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+        algorithm.run(ch, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
       });
       CHECK(named);
+    }
+  }
+}
+
+TEST_CASE("sharded allreduce: every type and op, in place and out of place, bit-identical on every rank",
+          "[inproc][sharded]") {
+  // Inputs whose exact results every type represents (test/common/values.hpp), messages delayed and reordered;
+  // in place the first phase's sends and the second phase's receives share memory, which the algorithm orders.
+  for (int n : {2, 3, 5, 8}) {
+    for (DataType type : all_types()) {
+      for (ReduceOp op : all_ops()) {
+        if (op == ReduceOp::kAvg && !is_floating(type)) continue;
+        for (bool in_place : {false, true}) {
+          const size_t count = 1000 + static_cast<size_t>(n), elem = dtype_size(type);
+          INFO("ranks " << n << ", " << to_string(type) << " " << to_string(op) << (in_place ? ", in place" : ""));
+          std::vector<std::vector<uint8_t>> out(static_cast<size_t>(n), std::vector<uint8_t>(count * elem));
+          auto results = run_ranks(n, faults_for(2), std::chrono::seconds(30), [&](Channel& ch) {
+            std::vector<uint8_t> in(count * elem);
+            for (size_t i = 0; i < count; ++i) put(type, in.data(), i, input_value(ch.rank(), i, type, op, 5));
+            auto& mine = out[static_cast<size_t>(ch.rank())];
+            if (in_place) mine = in;
+            algo::allreduce_sharded(ch, in_place ? mine.data() : in.data(), mine.data(), count, type, op);
+          });
+          require_all_ok(results);
+          for (size_t i = 0; i < count; ++i) {
+            const double want = reference_value(n, i, type, op, 5), got = get(type, out[0].data(), i);
+            if (std::fabs(got - want) > tolerance(type, op, want))
+              FAIL("element " << i << ": " << got << ", want " << want);
+          }
+          for (int r = 1; r < n; ++r) REQUIRE(out[static_cast<size_t>(r)] == out[0]);
+        }
+      }
     }
   }
 }
