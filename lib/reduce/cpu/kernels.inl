@@ -26,29 +26,43 @@ struct ArithOf<T, true> {
 template <typename T>
 using Arith = typename ArithOf<T>::type;
 
+// lanes(): the same operation on eight floats (minps/maxps return the second operand when either is NaN, as
+// `a < b ? a : b` does).
 struct Sum {
   template <typename T>
   static T apply(T a, T b) {
     return static_cast<T>(static_cast<Arith<T>>(a) + static_cast<Arith<T>>(b));
   }
+#if defined(__AVX2__)
+  static __m256 lanes(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+#endif
 };
 struct Prod {
   template <typename T>
   static T apply(T a, T b) {
     return static_cast<T>(static_cast<Arith<T>>(a) * static_cast<Arith<T>>(b));
   }
+#if defined(__AVX2__)
+  static __m256 lanes(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+#endif
 };
 struct Min {
   template <typename T>
   static T apply(T a, T b) {
     return a < b ? a : b;
   }
+#if defined(__AVX2__)
+  static __m256 lanes(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
+#endif
 };
 struct Max {
   template <typename T>
   static T apply(T a, T b) {
     return a > b ? a : b;
   }
+#if defined(__AVX2__)
+  static __m256 lanes(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+#endif
 };
 
 template <typename T, typename Op>
@@ -120,53 +134,19 @@ struct Bf16Lanes {
   }
 };
 
-// The same operations as Sum/Prod/Min/Max on eight floats (minps/maxps return the second operand when either is
-// NaN, as `a < b ? a : b` does).
-struct SumLanes {
-  static __m256 apply(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-};
-struct ProdLanes {
-  static __m256 apply(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
-};
-struct MinLanes {
-  static __m256 apply(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
-};
-struct MaxLanes {
-  static __m256 apply(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
-};
-template <typename Op>
-struct LanesOf;
-template <>
-struct LanesOf<Sum> {
-  using type = SumLanes;
-};
-template <>
-struct LanesOf<Prod> {
-  using type = ProdLanes;
-};
-template <>
-struct LanesOf<Min> {
-  using type = MinLanes;
-};
-template <>
-struct LanesOf<Max> {
-  using type = MaxLanes;
-};
-
 template <typename Lanes, float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Op>
 void reduce_16bit_lanes(void* dst, const void* a, const void* b, size_t count) {
-  using VecOp = typename LanesOf<Op>::type;
   auto* d = static_cast<uint16_t*>(dst);
   auto* x = static_cast<const uint16_t*>(a);
   auto* y = static_cast<const uint16_t*>(b);
   size_t i = 0;
   for (; i + 16 <= count; i += 16) {  // two vectors per turn: the loads of the second overlap the first's work
-    const __m256 lo = VecOp::apply(Lanes::load(x + i), Lanes::load(y + i));
-    const __m256 hi = VecOp::apply(Lanes::load(x + i + 8), Lanes::load(y + i + 8));
+    const __m256 lo = Op::lanes(Lanes::load(x + i), Lanes::load(y + i));
+    const __m256 hi = Op::lanes(Lanes::load(x + i + 8), Lanes::load(y + i + 8));
     Lanes::store(d + i, lo);
     Lanes::store(d + i + 8, hi);
   }
-  for (; i + 8 <= count; i += 8) Lanes::store(d + i, VecOp::apply(Lanes::load(x + i), Lanes::load(y + i)));
+  for (; i + 8 <= count; i += 8) Lanes::store(d + i, Op::lanes(Lanes::load(x + i), Lanes::load(y + i)));
   for (; i < count; ++i) d[i] = FromFloat(Op::apply(ToFloat(x[i]), ToFloat(y[i])));
 }
 #endif
