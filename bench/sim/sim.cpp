@@ -1,6 +1,6 @@
 // hiercoll_sim: predicts allreduce time on a cluster from link figures, with the library's own cost model
-// (lib/algo/select.cpp), for the hierarchical algorithm, a flat ring over all GPUs (stock NCCL/DDP) and a
-// tree; and predicts an ALBERT training step with bucketed overlap.
+// (lib/algo/select.cpp), for the hierarchical algorithm, the sharded reduction servers, a flat ring over all GPUs
+// (stock NCCL/DDP) and a tree; and predicts an ALBERT training step with bucketed overlap.
 //
 //   hiercoll_sim allreduce --nodes 2,4 --local 8 --bytes 1M,64M [link flags]      -> CSV rows
 //   hiercoll_sim albert --nodes 1,2,4,8,16 [--compute-ms 250] [--grad-mb 46.8] [link flags]
@@ -97,6 +97,11 @@ double tree(const CostModel& m, double bytes, const Layout& layout) { return m.t
 
 double hierarchical(const CostModel& m, double bytes, const Layout& layout) { return m.hierarchical(bytes, layout); }
 
+// SageMaker's sharded reduction servers in the hierarchical schedule (over all ranks with one rank per node).
+double sharded(const CostModel& m, double bytes, const Layout& layout) {
+  return m.sharded(bytes, layout, layout.local_size > 1);
+}
+
 // The gradients go out in DDP-style buckets (the first 1 MB, then --bucket-mb), each its own allreduce.
 template <typename Fn>
 double bucketed(const Options& o, double bytes, Fn allreduce) {
@@ -142,6 +147,7 @@ int main(int argc, char** argv) {
             const char* name;
             double seconds;
           } rows[] = {{"hier", hierarchical(o.model, bytes, layout)},
+                      {"sharded", sharded(o.model, bytes, layout)},
                       {"ring", flat_ring(o.model, bytes, layout)},
                       {"tree", tree(o.model, bytes, layout)}};
           for (const auto& row : rows) {

@@ -17,6 +17,7 @@ void allreduce_sharded(Channel& ch, const void* in, void* out, size_t count, Dat
 /// Recursive doubling (with folding for non-powers of two): log2(n) steps, for small messages.
 void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op);
 struct Hierarchy;
+enum class InterNode;
 struct NodeMemory;
 struct Issue;
 class NetworkStage;
@@ -24,8 +25,9 @@ class NetworkStage;
 /// rank, intra-node allgather. Requires every node to have the same number of ranks. `in` and `out` are the
 /// kind of memory `memory.queue` works on (host, or device). Issues the operation's queue work and hands the
 /// inter-node phase to `network` (see network_stage.hpp): the result is in `out` once the queue's work ran.
+/// `inter` picks the inter-node algorithm (a ring per rail, or sharded reduction servers).
 void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& memory, NetworkStage& network, const void* in,
-                    void* out, size_t count, DataType type, ReduceOp op);
+                    void* out, size_t count, DataType type, ReduceOp op, InterNode inter);
 /// Reduce-scatter and allgather when the whole group is one node: every rank reads the others' parts from the
 /// node's peer memory. Same contracts as the ring versions; queue work only, issued like allreduce_hier's.
 void reduce_scatter_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t recv_count,
@@ -55,6 +57,14 @@ struct Segments {
   static Segments blocks(size_t block, int n);  ///< n parts of `block` elements
   /// Near-equal parts that start at multiples of `multiple` elements (vector loads stay aligned).
   static Segments aligned(size_t total, int n, size_t multiple);
+};
+
+/// How allreduce_sharded cuts `count` elements among `n` ranks: part p of the buffer goes to rank p, in chunks of
+/// `chunk` elements (the largest part in `chunks` of them); it uses steps 0 .. 2 chunks - 1 of its Channel.
+struct ShardedChunks {
+  Segments parts;
+  size_t chunk = 1, chunks = 0;
+  static ShardedChunks of(size_t count, int n, size_t elem, const AlgoConfig& config);
 };
 
 /// Ring reduce-scatter: afterwards segment ch.rank() of the reduction is in `own_out`. Other segments'

@@ -1,8 +1,9 @@
 // Hierarchical allreduce for N nodes x L ranks, in pieces of the peer memory's area size:
 //   (1) intra-node reduce-scatter: each rank stages its piece in its own area and signals it; once every
 //       local rank has, it reduces shard `local_rank` of the piece over all L areas (in local-rank order);
-//   (2) inter-node allreduce of that shard among the ranks with the same local rank (one ring per local
-//       rank, so all L ranks and the node's NICs work in parallel, each on 1/L of the data);
+//   (2) inter-node allreduce of that shard among the ranks with the same local rank (one rail per local
+//       rank, so all L ranks and the node's NICs work in parallel, each on 1/L of the data): a ring, or
+//       SageMaker's sharded reduction servers (every node serves 1/N of the shard: two network steps);
 //   (3) intra-node allgather: each rank publishes its finished shard in its area and signals it; once every
 //       local rank has, it copies the other L-1 shards out.
 // The same schedule runs on host memory (shared memory, HostQueue: each step runs as it is issued) and on
@@ -30,9 +31,12 @@ namespace {
 using transport::kFlagPublished;
 using transport::kFlagStaged;
 
-void inter_node_allreduce(Channel& rail, const Hierarchy& h, void* data, size_t count, DataType type, ReduceOp op) {
+void inter_node_allreduce(Channel& rail, const Hierarchy& h, InterNode inter, void* data, size_t count, DataType type,
+                          ReduceOp op) {
   if (rail.size() == 1 || count == 0) return;
-  if (count * dtype_size(type) <= h.small_message_bytes) {
+  if (inter == InterNode::kSharded) {
+    allreduce_sharded(rail, data, data, count, type, op);
+  } else if (count * dtype_size(type) <= h.small_message_bytes) {
     allreduce_recursive_doubling(rail, data, data, count, type, op);
   } else {
     allreduce_ring(rail, data, data, count, type, op);
@@ -42,7 +46,7 @@ void inter_node_allreduce(Channel& rail, const Hierarchy& h, void* data, size_t 
 }  // namespace
 
 void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
-                    size_t count, DataType type, ReduceOp op) {
+                    size_t count, DataType type, ReduceOp op, InterNode inter) {
   const size_t elem = dtype_size(type);
   const int world = issue.world;
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;  // divide once, at the very end
@@ -54,9 +58,9 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
       throw InternalError(issue.limits.what + ": device memory needs peer memory for the hierarchical allreduce");
     }
     queue.copy(out, in, count * elem);
-    net.hand_over([&h, out, count, type, op, partial, world](Channel& ch) {
+    net.hand_over([&h, inter, out, count, type, op, partial, world](Channel& ch) {
       Channel rail = ch.subgroup(h.rail, h.node, 0);
-      inter_node_allreduce(rail, h, out, count, type, partial);
+      inter_node_allreduce(rail, h, inter, out, count, type, partial);
       if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
     });
     net.take_back();
@@ -106,12 +110,19 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   // Phase (2) of a piece, as a job that outlives this call (device memory: it runs on the progress thread later).
   auto network_job = [&](const Piece& p) -> NetworkStage::Job {
     uint8_t* data = staged ? m.network_staging[p.slot] : p.mine;
-    return [&h, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial, world](Channel& ch) {
-      // Inner steps per piece are bounded by 2 N (chunks per shard + 1); pieces get disjoint step ranges.
+    return [&h, inter, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial,
+            world](Channel& ch) {
+      // Pieces get disjoint step ranges, as wide as the inter-node algorithm may need for the largest shard: the
+      // ring 2 N (chunks per shard + 1) steps, the sharded servers 2 (chunks per part).
+      const size_t largest = piece / L + align;
       const size_t chunk = std::max<size_t>(1, ch.config().chunk_bytes / elem);
-      const auto stride = static_cast<uint32_t>(2 * h.rail.size() * ((piece / L + align) / chunk + 2) + 8);
+      const size_t steps =
+          inter == InterNode::kSharded
+              ? 2 * ShardedChunks::of(largest, static_cast<int>(h.rail.size()), elem, ch.config()).chunks
+              : 2 * h.rail.size() * (largest / chunk + 2);
+      const auto stride = static_cast<uint32_t>(steps + 8);
       Channel rail = ch.subgroup(h.rail, h.node, static_cast<uint32_t>(index) * stride);
-      inter_node_allreduce(rail, h, data, n, type, partial);
+      inter_node_allreduce(rail, h, inter, data, n, type, partial);
       if (op == ReduceOp::kAvg) reduce::divide(data, n, type, world);
     };
   };

@@ -57,6 +57,12 @@ struct Issue {
   }
 };
 
+/// How the inter-node phase reduces each local rank's shard among the nodes (the ranks of one rail).
+enum class InterNode {
+  kRail,     ///< a ring over the rail, or recursive doubling up to Hierarchy::small_message_bytes
+  kSharded,  ///< sharded reduction servers (allreduce_sharded.cpp): node j reduces part j of every node's shard
+};
+
 struct Hierarchy {
   std::vector<int> rail;  ///< world ranks with this rank's local rank, one per node, by node
   int node = 0;           ///< index of this rank in `rail`

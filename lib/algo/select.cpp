@@ -25,6 +25,7 @@ const char* to_string(Algorithm algo) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kRecursiveDoubling: return "rd";
     case Algorithm::kHierarchical: return "hier";
+    case Algorithm::kSharded: return "sharded";
     case Algorithm::kNode: return "node";
     case Algorithm::kChain: return "chain";
     case Algorithm::kPairwise: return "pairwise";
@@ -49,17 +50,42 @@ double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
   return rounds * net.seconds(bytes);
 }
 
-// Hierarchical: about 3S of shared-memory traffic per rank (copy in, reduce L shards of S/L, publish and
-// copy out) plus two node barriers per piece, and an inter-node ring on S/L per local rank. The L rails
-// share the node's link, so the node moves 2(N-1)/N * S through it, as one ring over N ranks would. The
+namespace {
+
+// The hierarchical schedule around an inter-node phase that takes `inter` seconds: about 3S of shared-memory
+// traffic per rank (copy in, reduce L shards of S/L, publish and copy out) plus two node barriers per piece. The
 // phases are pipelined over the pieces: the slower phase dominates, plus one piece of each to fill and drain.
+double around_inter_node(const CostModel& m, double bytes, const Layout& layout, double inter) {
+  double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(m.shm_piece_bytes)));
+  double intra =
+      layout.local_size > 1 ? pieces * 2 * m.shm.latency_us * 1e-6 + 3 * bytes / (m.shm.bandwidth_gbps * 1e9) : 0;
+  return std::max(intra, inter) + (intra + inter) / pieces;
+}
+
+// Sharded reduction servers among `n` parties that share `bytes`: two steps whatever n is (every party sends part
+// j to party j, all n-1 messages at once; party j returns its reduced part to all, again at once), and each
+// party's link carries 2(n-1)/n of the bytes each way, as in the ring.
+double sharded_steps(const LinkFigures& net, double bytes, int n) {
+  if (n == 1) return 0;
+  return 2 * net.latency_us * 1e-6 + 2.0 * (n - 1) / n * bytes / (net.bandwidth_gbps * 1e9);
+}
+
+}  // namespace
+
+// Hierarchical: an inter-node ring on S/L per local rank. The L rails share the node's link, so the node moves
+// 2(N-1)/N * S through it, as one ring over N ranks would, in 2(N-1) latency steps.
 double CostModel::hierarchical(double bytes, const Layout& layout) const {
-  int nodes = layout.node_count, local = layout.local_size;
-  double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(shm_piece_bytes)));
-  double intra = local > 1 ? pieces * 2 * shm.latency_us * 1e-6 + 3 * bytes / (shm.bandwidth_gbps * 1e9) : 0;
+  int nodes = layout.node_count;
   double inter = 0;
   if (nodes > 1) inter = 2.0 * (nodes - 1) * (net.latency_us * 1e-6 + bytes / nodes / (net.bandwidth_gbps * 1e9));
-  return std::max(intra, inter) + (intra + inter) / pieces;
+  return around_inter_node(*this, bytes, layout, inter);
+}
+
+// Sharded servers: in the hierarchical schedule, the node's link carries the same bytes as the rail rings', in 2
+// latency steps instead of 2(N-1); over all ranks (no node structure to use), each rank serves 1/n.
+double CostModel::sharded(double bytes, const Layout& layout, bool hierarchical) const {
+  if (!hierarchical) return sharded_steps(net, bytes, layout.size);
+  return around_inter_node(*this, bytes, layout, sharded_steps(net, bytes, layout.node_count));
 }
 
 double CostModel::tree(double bytes, const Layout& layout) const {
@@ -94,7 +120,8 @@ AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierar
     if (forced == "ring") forced_algo_ = AllreduceAlgo::kRing;
     else if (forced == "rd") forced_algo_ = AllreduceAlgo::kRecursiveDoubling;
     else if (forced == "hier") forced_algo_ = AllreduceAlgo::kHierarchical;
-    else throw InvalidUsageError("HIERCOLL_ALGO='" + forced + "' is not one of: ring, rd, hier");
+    else if (forced == "sharded") forced_algo_ = AllreduceAlgo::kSharded;
+    else throw InvalidUsageError("HIERCOLL_ALGO='" + forced + "' is not one of: ring, rd, hier, sharded");
     if (forced_algo_ == AllreduceAlgo::kHierarchical && !hierarchy_ready_) {
       HIERCOLL_LOG(
           kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
@@ -105,7 +132,10 @@ AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierar
 
 AllreduceAlgo AllreduceSelector::choose_for_device(size_t bytes) const {
   if (forced_) return forced_algo_;
-  return hierarchy_ready_ ? AllreduceAlgo::kHierarchical : choose(bytes);
+  if (!hierarchy_ready_) return choose(bytes);
+  const double size = static_cast<double>(bytes);
+  return model_.sharded(size, layout_, true) < model_.hierarchical(size, layout_) ? AllreduceAlgo::kSharded
+                                                                                  : AllreduceAlgo::kHierarchical;
 }
 
 AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
@@ -113,12 +143,17 @@ AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
   double size = static_cast<double>(bytes);
   AllreduceAlgo best = AllreduceAlgo::kRing;
   double best_time = model_.ring(size, layout_);
-  double rd = model_.recursive_doubling(size, layout_);
-  if (rd < best_time) {
-    best = AllreduceAlgo::kRecursiveDoubling;
-    best_time = rd;
-  }
-  if (hierarchy_ready_ && model_.hierarchical(size, layout_) < best_time) best = AllreduceAlgo::kHierarchical;
+  // Candidates in order of preference on a tie: the ring and recursive doubling need no node structure, and the
+  // hierarchical one only the rail rings.
+  auto consider = [&](AllreduceAlgo algo, double seconds) {
+    if (seconds < best_time) {
+      best = algo;
+      best_time = seconds;
+    }
+  };
+  consider(AllreduceAlgo::kRecursiveDoubling, model_.recursive_doubling(size, layout_));
+  if (hierarchy_ready_) consider(AllreduceAlgo::kHierarchical, model_.hierarchical(size, layout_));
+  consider(AllreduceAlgo::kSharded, model_.sharded(size, layout_, hierarchy_ready_));
   return best;
 }
 

@@ -14,11 +14,12 @@ namespace hiercoll::algo {
 enum class Kind : uint32_t { kAllreduce = 1, kReduceScatter, kAllgather, kBroadcast, kReduce, kAlltoall, kBarrier };
 const char* to_string(Kind kind);
 
-/// Every algorithm the selector can choose. Allreduce: ring, recursive doubling, hierarchical; reduce-scatter and
-/// allgather: ring, or node (through the node's peer memory, all ranks on one node); broadcast and reduce: chain;
-/// alltoall: pairwise; barrier: dissemination.
-enum class Algorithm { kRing, kRecursiveDoubling, kHierarchical, kNode, kChain, kPairwise, kDissemination };
-using AllreduceAlgo = Algorithm;  // the allreduce's three
+/// Every algorithm the selector can choose. Allreduce: ring, recursive doubling, hierarchical, sharded
+/// (SageMaker's sharded reduction servers: the hierarchical allreduce's inter-node phase where the layout allows
+/// one, else over all ranks); reduce-scatter and allgather: ring, or node (through the node's peer memory, all ranks
+/// on one node); broadcast and reduce: chain; alltoall: pairwise; barrier: dissemination.
+enum class Algorithm { kRing, kRecursiveDoubling, kHierarchical, kSharded, kNode, kChain, kPairwise, kDissemination };
+using AllreduceAlgo = Algorithm;  // the allreduce's four
 const char* to_string(Algorithm algo);
 
 struct LinkFigures {
@@ -36,6 +37,9 @@ struct CostModel {
   double ring(double bytes, const Layout& layout) const;
   double recursive_doubling(double bytes, const Layout& layout) const;
   double hierarchical(double bytes, const Layout& layout) const;
+  /// Sharded reduction servers: inside the hierarchical allreduce where the layout is regular with several ranks
+  /// per node (`hierarchical` true), else over all ranks.
+  double sharded(double bytes, const Layout& layout, bool hierarchical) const;
   /// A pipelined (double binary) tree as NCCL uses at scale: 2 log2(n) latency steps, ~2S over the link.
   double tree(double bytes, const Layout& layout) const;
 
@@ -60,7 +64,9 @@ class AllreduceSelector {
   Algorithm choose(Kind kind, size_t bytes, bool device) const;
   bool hierarchical_eligible() const { return hierarchy_ready_; }
   /// HIERCOLL_ALGO asks for a flat algorithm (ring or rd): the other collectives keep to the flat ones too.
-  bool flat_forced() const { return forced_ && forced_algo_ != AllreduceAlgo::kHierarchical; }
+  bool flat_forced() const {
+    return forced_ && (forced_algo_ == AllreduceAlgo::kRing || forced_algo_ == AllreduceAlgo::kRecursiveDoubling);
+  }
   const CostModel& model() const { return model_; }
 
  private:

@@ -196,19 +196,30 @@ Work CommunicatorImpl::collective(const Collective& c) {
         algo::allreduce_recursive_doubling(ch, from, to, count, type, op);
       };
       break;
-    case algo::Algorithm::kHierarchical:
+    case algo::Algorithm::kSharded:
+      if (!selector_->hierarchical_eligible()) {  // no node structure to use: every rank serves 1/n
+        host = [=](algo::Channel& ch, const void* from, void* to) {
+          algo::allreduce_sharded(ch, from, to, count, type, op);
+        };
+        break;
+      }
+      [[fallthrough]];  // the hierarchical allreduce, its inter-node phase served by the nodes' CPUs
+    case algo::Algorithm::kHierarchical: {
+      const algo::InterNode inter =
+          algorithm == algo::Algorithm::kSharded ? algo::InterNode::kSharded : algo::InterNode::kRail;
       host = [=](algo::Channel& ch, const void* from, void* to) {
         algo::HelperStage network(*hierarchy->network, ch);
-        algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op);
+        algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op, inter);
       };
       // On device buffers the intra-node phases run on the GPUs; only the network phase crosses host memory.
-      device_issue = [this, hierarchy, in, out, count, type, op](const algo::Issue& issue, DevicePath& path) {
+      device_issue = [this, hierarchy, in, out, count, type, op, inter](const algo::Issue& issue, DevicePath& path) {
         algo::NodeMemory& memory = device_node_memory(issue, path);
         algo::DeferredStage network = path.deferred_stage(issue.wait("network phase"));
-        algo::allreduce_hier(issue, *hierarchy, memory, network, in, out, count, type, op);
+        algo::allreduce_hier(issue, *hierarchy, memory, network, in, out, count, type, op, inter);
         return network.host_half();
       };
       break;
+    }
     case algo::Algorithm::kNode:  // through peer memory: shared memory, or CUDA IPC for device buffers
       if (c.kind == algo::Kind::kReduceScatter) {
         host = [=](algo::Channel& ch, const void* from, void* to) {

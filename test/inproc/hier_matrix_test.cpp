@@ -66,10 +66,11 @@ struct EmulatedNodes {
     for (auto& arena : arenas) arena->unlink();  // everyone attached: no name left behind, whatever happens next
   }
 
-  void allreduce(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op) {
+  void allreduce(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                 algo::InterNode inter = algo::InterNode::kRail) {
     const size_t r = static_cast<size_t>(ch.rank());
     algo::HelperStage network(*hierarchy[r].network, ch);
-    algo::allreduce_hier(algo::Issue::of(ch), hierarchy[r], memory[r], network, in, out, count, type, op);
+    algo::allreduce_hier(algo::Issue::of(ch), hierarchy[r], memory[r], network, in, out, count, type, op, inter);
   }
 };
 
@@ -96,7 +97,12 @@ const std::vector<size_t> kCounts = {0, 1, 5, 97, 1000, 5003};
 
 }  // namespace
 
+const char* name_of(algo::InterNode inter) {
+  return inter == algo::InterNode::kRail ? "rail rings" : "sharded servers";
+}
+
 TEST_CASE("hierarchical allreduce on emulated node layouts equals the serial reference", "[inproc][hier]") {
+  auto inter = GENERATE(algo::InterNode::kRail, algo::InterNode::kSharded);
   for (const Shape& shape : kShapes) {
     const int n = static_cast<int>(shape.node_of.size());
     for (int variant = 0; variant < 3; ++variant) {
@@ -104,12 +110,14 @@ TEST_CASE("hierarchical allreduce on emulated node layouts equals the serial ref
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
         for (size_t count : kCounts) {
           if (variant > 0 && count > 1000) continue;  // delays make long runs slow; short ones suffice for order
-          INFO(shape.name << ", count " << count << ", " << to_string(op) << ", faults " << variant);
+          INFO(shape.name << " with " << name_of(inter) << ", count " << count << ", " << to_string(op) << ", faults "
+                          << variant);
           std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(count, -99.f));
           auto results = run_ranks(n, faults_for(variant), std::chrono::seconds(30), [&](Channel& ch) {
             std::vector<float> in(count);
             for (size_t i = 0; i < count; ++i) in[i] = input(ch.rank(), i);
-            nodes.allreduce(ch, in.data(), out[static_cast<size_t>(ch.rank())].data(), count, DataType::kFloat32, op);
+            nodes.allreduce(ch, in.data(), out[static_cast<size_t>(ch.rank())].data(), count, DataType::kFloat32, op,
+                            inter);
           });
           require_all_ok(results);
           for (size_t i = 0; i < count; ++i) {
@@ -156,13 +164,14 @@ TEST_CASE("node reduce-scatter and allgather through shared memory equal the ser
 TEST_CASE("a rank killed mid-way through hierarchical allreduces makes every survivor fail in time", "[inproc][hier]") {
   const std::vector<int> node_of = {0, 0, 1, 1, 2, 2};
   const int n = static_cast<int>(node_of.size());
+  auto inter = GENERATE(algo::InterNode::kRail, algo::InterNode::kSharded);
   for (int victim : {1, 2}) {  // a node's second rank, and a node's first
-    INFO("victim rank " << victim);
+    INFO("victim rank " << victim << ", " << name_of(inter));
     EmulatedNodes nodes(node_of, 1024, 1024);
     const std::vector<float> in(4000, 1.f);
     survivors_fail_after_kill(n, victim, [&](Channel& ch) {
       std::vector<float> out(in.size());
-      nodes.allreduce(ch, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+      nodes.allreduce(ch, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, inter);
     });
   }
 }

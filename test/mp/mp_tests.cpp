@@ -47,14 +47,17 @@ struct Shape {
   std::vector<int> node_of;
 };
 
+// `sharded`: the sharded reduction servers in the inter-node phase, or over all ranks where the layout has no node
+// structure to use (irregular, one rank per node).
 TEST_CASE("hierarchical allreduce equals the serial reference on emulated node layouts", "[mp][hier]") {
+  std::string algo = GENERATE(std::string("hier"), std::string("sharded"));
   auto shape = GENERATE(Shape{"1x4", {0, 0, 0, 0}}, Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}},
-                        Shape{"2x3", {0, 0, 0, 1, 1, 1}}, Shape{"irregular 2+1", {0, 0, 1}},
+                        Shape{"2x3", {0, 0, 0, 1, 1, 1}}, Shape{"4x1", {0, 1, 2, 3}}, Shape{"irregular 2+1", {0, 0, 1}},
                         Shape{"irregular 1+3+1", {0, 1, 1, 1, 2}}, Shape{"interleaved 2x2", {0, 1, 0, 1}});
   auto options =
-      loopback({{"HIERCOLL_ALGO", "hier"}, {"HIERCOLL_SHM_PIECE_BYTES", "64K"}, {"HIERCOLL_CHUNK_BYTES", "16K"}});
+      loopback({{"HIERCOLL_ALGO", algo}, {"HIERCOLL_SHM_PIECE_BYTES", "64K"}, {"HIERCOLL_CHUNK_BYTES", "16K"}});
   options.node_of = shape.node_of;
-  INFO("layout " << shape.name);
+  INFO("layout " << shape.name << ", HIERCOLL_ALGO=" << algo);
   auto result = launch(static_cast<int>(shape.node_of.size()), HIERCOLL_MP_WORKER, {"allreduce"}, options);
   INFO(result.report());
   CHECK(result.all_ok());
@@ -64,12 +67,13 @@ TEST_CASE("hierarchical allreduce equals the serial reference on emulated node l
 // intra-node reduce-scatter and back before the allgather (allreduce_hier's `network_staging`).
 TEST_CASE("hierarchical allreduce through network staging buffers equals the serial reference", "[mp][hier]") {
   auto shape = GENERATE(Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}});
-  auto options = loopback({{"HIERCOLL_ALGO", "hier"},
+  std::string algo = GENERATE(std::string("hier"), std::string("sharded"));
+  auto options = loopback({{"HIERCOLL_ALGO", algo},
                            {"HIERCOLL_SHM_PIECE_BYTES", "64K"},
                            {"HIERCOLL_CHUNK_BYTES", "16K"},
                            {"HIERCOLL_NET_STAGING", "1"}});
   options.node_of = shape.node_of;
-  INFO("layout " << shape.name);
+  INFO("layout " << shape.name << ", HIERCOLL_ALGO=" << algo);
   auto result = launch(static_cast<int>(shape.node_of.size()), HIERCOLL_MP_WORKER, {"allreduce"}, options);
   INFO(result.report());
   CHECK(result.all_ok());
@@ -101,7 +105,7 @@ int count_segments() {
 
 TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves no shared memory",
           "[mp][errors][hier]") {
-  std::string algo = GENERATE(std::string("ring"), std::string("hier"));
+  std::string algo = GENERATE(std::string("ring"), std::string("hier"), std::string("sharded"));
   int before = count_segments();
   auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "4000"}, {"HIERCOLL_ALGO", algo}, {"HIERCOLL_TEST_DIE_RANK", "1"}});
   options.node_of = {0, 0, 1, 1};

@@ -9,7 +9,7 @@
 using namespace hiercoll;
 
 namespace {
-std::vector<std::string> nodes(int count, int per_node) {
+std::vector<std::string> nodes_of(int count, int per_node) {
   std::vector<std::string> ids;
   for (int n = 0; n < count; ++n) ids.insert(ids.end(), static_cast<size_t>(per_node), "host" + std::to_string(n));
   return ids;
@@ -17,7 +17,7 @@ std::vector<std::string> nodes(int count, int per_node) {
 }  // namespace
 
 TEST_CASE("a 4-node x 8-GPU layout is built from host identities", "[topo]") {
-  auto ids = nodes(4, 8);
+  auto ids = nodes_of(4, 8);
   for (int r : {0, 7, 8, 31}) {
     Layout layout = Layout::from_node_ids(ids, r);
     CHECK(layout.node_count == 4);
@@ -45,15 +45,47 @@ TEST_CASE("the cost model picks recursive doubling small, hierarchical large on 
   algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
   model.net = {30, 1.0};
   model.shm = {2, 20.0};  // shared memory much faster than the network, as on a real node
-  Layout two_by_two = Layout::from_node_ids(nodes(2, 2), 0);
+  Layout two_by_two = Layout::from_node_ids(nodes_of(2, 2), 0);
   algo::AllreduceSelector selector(model, two_by_two, true);
   CHECK(selector.choose(1024) == algo::AllreduceAlgo::kRecursiveDoubling);
   CHECK(selector.choose(64 << 20) == algo::AllreduceAlgo::kHierarchical);
-  // Without a usable hierarchy (irregular layout), large messages take the ring.
+  // Without a usable hierarchy (irregular layout), large messages take the ring: on 4 ranks the sharded servers'
+  // two steps save 4 latencies of 30 µs, which the model weighs against the same bytes.
   algo::AllreduceSelector flat(model, two_by_two, false);
-  CHECK(flat.choose(64 << 20) == algo::AllreduceAlgo::kRing);
+  CHECK(flat.choose(64 << 20) == algo::AllreduceAlgo::kSharded);
   // Hierarchical moves 2(N-1)/N S through the node link, the ring 2(n-1)/n S: 1.0 vs 1.5 at 2x2.
   double ratio = model.ring(64e6, two_by_two) / model.hierarchical(64e6, two_by_two);
   CHECK(ratio > 1.2);
   CHECK(algo::crossover_bytes(model, 2) >= 1024);
+}
+
+TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chosen where they save latency",
+          "[select]") {
+  algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
+  model.net = {100, 0.1};
+  model.shm = {2, 20.0};
+  const double bytes = 16e6;
+  for (int nodes : {2, 3, 4, 8}) {
+    INFO(nodes << " nodes");
+    const Layout flat = Layout::from_node_ids(nodes_of(nodes, 1), 0),
+                 hier = Layout::from_node_ids(nodes_of(nodes, 2), 0);
+    // Over all ranks: 2 latencies and 2(n-1)/n of the bytes per rank, against the ring's 2(n-1) latencies.
+    const double link = 2.0 * (nodes - 1) / nodes * bytes / 0.1e9;
+    CHECK(model.sharded(bytes, flat, false) == Approx(2 * 100e-6 + link));
+    CHECK(model.ring(bytes, flat) - model.sharded(bytes, flat, false) == Approx(2 * (nodes - 2) * 100e-6));
+    // In the hierarchical schedule it replaces the rail rings: the same saving, the intra-node phases alike.
+    CHECK(model.hierarchical(bytes, hier) - model.sharded(bytes, hier, true) ==
+          Approx(2 * (nodes - 2) * 100e-6).margin(2 * (nodes - 2) * 100e-6 / 8 + 1e-12));
+    algo::AllreduceSelector selector(model, hier, true);
+    // Two nodes: the two schemes cost the same; the rail ring stays (it needs no CPU servers).
+    CHECK(selector.choose(64 << 20) ==
+          (nodes == 2 ? algo::AllreduceAlgo::kHierarchical : algo::AllreduceAlgo::kSharded));
+    CHECK(selector.choose(64 << 20) == selector.choose(algo::Kind::kAllreduce, 64 << 20, true));
+  }
+  // HIERCOLL_ALGO forces it; it is not a flat algorithm (single-node reduce-scatter keeps to shared memory).
+  const Layout one_node = Layout::from_node_ids(nodes_of(1, 4), 0);
+  algo::AllreduceSelector forced(model, one_node, true, "sharded");
+  CHECK(forced.choose(8) == algo::AllreduceAlgo::kSharded);
+  CHECK(forced.choose(algo::Kind::kReduceScatter, 1 << 20, false) == algo::Algorithm::kNode);
+  CHECK_THROWS_WITH(algo::AllreduceSelector(model, one_node, true, "servers"), Catch::Contains("sharded"));
 }

@@ -44,7 +44,7 @@ def _backend_of(group):
 
 
 def allreduce_algorithm(nbytes, group=None):
-    """The algorithm hiercoll uses for an allreduce of `nbytes` in `group`: "ring", "rd" or "hier"."""
+    """The algorithm hiercoll uses for an allreduce of `nbytes` in `group`: "ring", "rd", "hier" or "sharded"."""
     return _C.allreduce_algorithm(_backend_of(group), nbytes)
 
 
