@@ -3,7 +3,7 @@
 // (stock NCCL/DDP) and a tree; and predicts an ALBERT training step with bucketed overlap.
 //
 //   hiercoll_sim allreduce --nodes 2,4 --local 8 --bytes 1M,64M [link flags]      -> CSV rows
-//   hiercoll_sim albert --nodes 1,2,4,8,16 [--compute-ms 250] [--grad-mb 46.8] [link flags]
+//   hiercoll_sim albert --nodes 1,2,4,8,16 [--compute-ms 250] [--grad-mb 46.8] [--sharded-net-gbps G] [link flags]
 // Link flags: --intra-gbps (per-rank intra-node bandwidth, GB/s) --intra-lat-us --net-gbps (per-node network
 // bandwidth over all NICs, GB/s) --net-lat-us. Defaults: a p4d-like node, 8 x A100 on NVLink (150 GB/s,
 // 5 us) and 4 x 100 Gb/s EFA at the ~12.5 GB/s NCCL reached over it (30 us).
@@ -28,6 +28,7 @@ struct Options {
   int local = 8;
   std::vector<double> bytes = {64 << 20};
   double compute_ms = 100, grad_mb = 46.8, overlap = 0.66, bucket_mb = 25;
+  double sharded_net_gbps = 0;  ///< the network as the sharded servers' flows see it (0: as the ring sees it)
   CostModel model = CostModel::from(hiercoll::base::Settings::defaults());
 };
 
@@ -71,6 +72,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--grad-mb") o.grad_mb = std::atof(value.c_str());
     else if (flag == "--overlap") o.overlap = std::atof(value.c_str());
     else if (flag == "--bucket-mb") o.bucket_mb = std::atof(value.c_str());
+    else if (flag == "--sharded-net-gbps") o.sharded_net_gbps = std::atof(value.c_str());
     else throw std::runtime_error("unknown flag " + flag);
   }
   return o;
@@ -160,24 +162,29 @@ int main(int argc, char** argv) {
     }
     if (o.mode == "albert") {
       double bytes = o.grad_mb * 1e6;
+      CostModel servers = o.model;  // SageMaker's scheme: the sharded servers in the hierarchical schedule
+      if (o.sharded_net_gbps > 0) servers.net.bandwidth_gbps = o.sharded_net_gbps;
       std::printf(
           "# ALBERT step model: compute %.0f ms/step, gradients %.1f MB in %.0f MB buckets, %.0f%% of compute "
-          "overlappable; net %.1f GB/s %.0f us per node, intra %.0f GB/s %.0f us\n",
+          "overlappable; net %.1f GB/s %.0f us per node (sharded servers: %.1f GB/s), intra %.0f GB/s %.0f us\n",
           o.compute_ms, o.grad_mb, o.bucket_mb, o.overlap * 100, o.model.net.bandwidth_gbps, o.model.net.latency_us,
-          o.model.shm.bandwidth_gbps, o.model.shm.latency_us);
+          servers.net.bandwidth_gbps, o.model.shm.bandwidth_gbps, o.model.shm.latency_us);
       std::printf(
           "nodes,gpus,allreduce_hier_ms,allreduce_ring_ms,step_hier_ms,step_ring_ms,efficiency_hier,"
-          "efficiency_ring,speedup_hier_vs_ring\n");
+          "efficiency_ring,speedup_hier_vs_ring,allreduce_sharded_ms,step_sharded_ms,speedup_sharded_vs_ring\n");
       for (int nodes : o.nodes) {
         Layout layout = cluster(nodes, o.local);
         double hier = bucketed(o, bytes, [&](double b) { return hierarchical(o.model, b, layout); });
         double ring = bucketed(o, bytes, [&](double b) { return flat_ring(o.model, b, layout); });
+        double shard = bucketed(o, bytes, [&](double b) { return sharded(servers, b, layout); });
         double tail = last_bucket_bytes(o, bytes);
         double step_hier = step_seconds(o, hier, hierarchical(o.model, tail, layout));
         double step_ring = step_seconds(o, ring, flat_ring(o.model, tail, layout));
+        double step_shard = step_seconds(o, shard, sharded(servers, tail, layout));
         double ideal = o.compute_ms * 1e-3;  // one GPU, no communication
-        std::printf("%d,%d,%.2f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f\n", nodes, layout.size, hier * 1e3, ring * 1e3,
-                    step_hier * 1e3, step_ring * 1e3, ideal / step_hier, ideal / step_ring, step_ring / step_hier);
+        std::printf("%d,%d,%.2f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f,%.2f,%.2f,%.3f\n", nodes, layout.size, hier * 1e3,
+                    ring * 1e3, step_hier * 1e3, step_ring * 1e3, ideal / step_hier, ideal / step_ring,
+                    step_ring / step_hier, shard * 1e3, step_shard * 1e3, step_ring / step_shard);
       }
       return 0;
     }
