@@ -67,8 +67,8 @@ void allreduce_sharded(Channel& ch, const void* in, void* out, size_t count, Dat
   std::vector<std::vector<RequestPtr>> gather(chunks, std::vector<RequestPtr>(n)),
       scatter(chunks, std::vector<RequestPtr>(n)), returned(chunks, std::vector<RequestPtr>(n));
   std::vector<RequestPtr> results;  // this rank's reduced chunks going back out
-  // Chunk c's receives of both phases are posted before its sends, so no server's result arrives before its
-  // receive is posted (an unexpected large message waits for one, idling the link).
+  // Chunk c's receives of both phases are posted before its sends, so every server's result finds its receive
+  // posted (on providers with a rendezvous protocol an unexpected large message waits for one).
   auto post = [&](size_t c) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
