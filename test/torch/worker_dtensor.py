@@ -1,6 +1,7 @@
 """DTensor on a 2-D DeviceMesh of 4 ranks (2 x 2) over hiercoll, against the same program on gloo:
 distribute_tensor, redistribute Shard <-> Replicate on each mesh dimension, and a tensor-parallel MLP via
 parallelize_module trained for a few steps. Writes this rank's results to argv[2]."""
+import gc
 import os
 import sys
 
@@ -51,4 +52,9 @@ for name, p in mlp.named_parameters():
 results["loss"] = loss.detach().clone()
 torch.save(results, f"{out_path}.{rank}")
 print(f"rank {rank} final loss {loss.item():.6f}", flush=True)
+# The model and the mesh hold the process groups: drop them first, so that the groups and gloo's worker threads
+# end while the interpreter is whole (a gloo thread that frees a tensor during interpreter finalization crashes in
+# torch itself, pytorch/pytorch#190489; seen once in this test's gloo reference run).
+del mlp, opt, mesh, results, d, r, dp, p
+gc.collect()
 dist.destroy_process_group()

@@ -7,6 +7,7 @@ argv[4]: gradient divide factor, or "" for FSDP2's default (the data-parallel si
 FSDP2 reduce-scatters gradients with ReduceOp.AVG, or PREMUL_SUM for a divide factor other than the group
 size. gloo has neither, so its run forces SUM reductions and FSDP2 divides on the side: the same arithmetic
 reached another way."""
+import gc
 import os
 import sys
 
@@ -57,4 +58,9 @@ for step in range(12):
 full = {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 torch.save(full, f"{out_path}.{rank}")
 print(f"rank {rank} final loss {loss.item():.6f}", flush=True)
+# The model and the mesh hold the process groups: drop them first, so that the groups and gloo's worker threads
+# end while the interpreter is whole (a gloo thread that frees a tensor during interpreter finalization crashes in
+# torch itself, pytorch/pytorch#190489; seen once in this test's gloo reference run).
+del model, opt, mesh, full
+gc.collect()
 dist.destroy_process_group()
