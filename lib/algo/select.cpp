@@ -34,20 +34,28 @@ const char* to_string(Algorithm algo) {
   return "?";
 }
 
+namespace {
+
 // Flat ring over n ranks: 2(n-1) steps of S/n each; every step crosses the fabric.
-double CostModel::ring(double bytes, const Layout& layout) const {
-  int n = layout.size;
+double ring_over(const LinkFigures& net, double bytes, int n) {
   if (n == 1) return 0;
   return 2.0 * (n - 1) * net.seconds(bytes / n);
 }
 
 // Recursive doubling: ceil(log2 n) full-size exchanges, plus fold-in and fold-out for n not a power of two.
-double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
-  int n = layout.size;
+double recursive_doubling_over(const LinkFigures& net, double bytes, int n) {
   if (n == 1) return 0;
   int rounds = static_cast<int>(std::floor(std::log2(n)));
   if ((1 << rounds) != n) rounds += 2;
   return rounds * net.seconds(bytes);
+}
+
+}  // namespace
+
+double CostModel::ring(double bytes, const Layout& layout) const { return ring_over(net, bytes, layout.size); }
+
+double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
+  return recursive_doubling_over(net, bytes, layout.size);
 }
 
 namespace {
@@ -79,10 +87,7 @@ double sharded_steps(const LinkFigures& net, double bytes, int n) {
 double CostModel::hierarchical(double bytes, const Layout& layout) const {
   int nodes = layout.node_count;
   double inter = 0;
-  if (nodes > 1) {
-    const Layout rail = Layout::from_node_ids(std::vector<std::string>(static_cast<size_t>(nodes), "n"), 0);
-    inter = std::min(ring(bytes, rail), recursive_doubling(bytes, rail));
-  }
+  if (nodes > 1) inter = std::min(ring_over(net, bytes, nodes), recursive_doubling_over(net, bytes, nodes));
   return around_inter_node(*this, bytes, layout, inter);
 }
 
@@ -109,10 +114,10 @@ CostModel CostModel::from(const base::Settings& settings) {
 }
 
 size_t crossover_bytes(const CostModel& model, int ranks) {
-  Layout flat = Layout::from_node_ids(std::vector<std::string>(static_cast<size_t>(std::max(1, ranks)), "n"), 0);
+  const int n = std::max(1, ranks);
   size_t bytes = 1024;
-  while (bytes < (size_t{1} << 34) &&
-         model.recursive_doubling(static_cast<double>(bytes), flat) <= model.ring(static_cast<double>(bytes), flat)) {
+  while (bytes < (size_t{1} << 34) && recursive_doubling_over(model.net, static_cast<double>(bytes), n) <=
+                                          ring_over(model.net, static_cast<double>(bytes), n)) {
     bytes *= 2;
   }
   return bytes / 2;
