@@ -74,10 +74,25 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   auto* output = static_cast<uint8_t*>(out);
 
   const uint64_t signature = node_signature(0, count, type, op);  // compared at every reduce-scatter wait
+  std::vector<uint64_t*>& flags = m.flags;
+  std::vector<const void*>& sources = m.sources;
+  sources.resize(static_cast<size_t>(L));
+
+  if (!network && count * elem <= std::min(kOneShotBytes, peers.area_bytes())) {
+    // One node, a small message: one flag round instead of two. Every rank reduces all L areas itself, in
+    // local-rank order (so every rank's result is the same bits). The slot rotation stays safe: a rank signals
+    // round p+1 only after its reads of round p.
+    const int slot = static_cast<int>(m.pieces_done % kHierBufferSets);
+    queue.copy(peers.area(slot, l), in, count * elem);
+    node_sync(m, kFlagStaged, slot, m.pieces_done + 1, signature, issue.wait("intra-node exchange"), flags);
+    for (int k = 0; k < L; ++k) sources[k] = peers.area(slot, k);
+    queue.reduce(out, sources.data(), L, count, type, partial);
+    if (op == ReduceOp::kAvg) queue.divide(out, count, type, world);
+    m.pieces_done += 1;
+    return;
+  }
   const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
   const device::WaitContext published_wait = issue.wait("intra-node allgather");
-  std::vector<uint64_t*> flags;
-  std::vector<const void*> sources(static_cast<size_t>(L));
 
   struct Piece {
     size_t index, offset, n;

@@ -15,6 +15,10 @@ class BackgroundWorker;
 /// Buffer sets (slots) the peer memory needs for the pipelined hierarchical allreduce (see allreduce_hier.cpp).
 inline constexpr int kHierBufferSets = 3;
 
+/// Up to this size an allreduce on one node reads every local rank's whole input (one flag round) instead of
+/// reduce-scattering and allgathering (two rounds): below it the rounds cost more than the extra reads.
+inline constexpr size_t kOneShotBytes = 16 << 10;
+
 /// Where the intra-node phases run: the node's peer memory and the queue that moves data through it.
 /// Shared memory with a HostQueue for host buffers; CUDA IPC with a CudaQueue for device buffers.
 struct NodeMemory {
@@ -26,6 +30,9 @@ struct NodeMemory {
   /// Pieces run through `peers` so far, over all operations: it picks the slot and the flags' generation, and
   /// runs on across operations (a fast rank may start the next one while a slow one copies out this one).
   uint64_t pieces_done = 0;
+  /// Scratch of the schedules, one entry per local rank, kept so that small operations allocate nothing.
+  std::vector<uint64_t*> flags;
+  std::vector<const void*> sources;
 };
 
 /// What local ranks compare at every staged-flag wait: peer memory has no message sizes, so a count, type or

@@ -34,14 +34,13 @@ class NodeRounds {
   /// Slot of round `t`; stage this rank's part there before calling sync(t).
   int slot(size_t t) const { return static_cast<int>((m_.pieces_done + t) % kHierBufferSets); }
   /// Publishes this rank's staged part of round `t` and waits for every local rank's.
-  void sync(size_t t) { node_sync(m_, kFlagStaged, slot(t), m_.pieces_done + t + 1, signature_, wait_, flags_); }
+  void sync(size_t t) { node_sync(m_, kFlagStaged, slot(t), m_.pieces_done + t + 1, signature_, wait_, m_.flags); }
   void finish(size_t rounds) { m_.pieces_done += rounds; }
 
  private:
   NodeMemory& m_;
   uint64_t signature_;
   device::WaitContext wait_;
-  std::vector<uint64_t*> flags_;
 };
 
 }  // namespace

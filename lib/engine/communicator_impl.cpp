@@ -239,17 +239,21 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
 }
 
 algo::Channel CommunicatorImpl::next_channel(const std::string& what) {
+  const std::string rank = std::to_string(rank_);
+  std::string name;
+  name.reserve(what.size() + rank.size() + 8);  // one allocation
+  name.append(what).append(" (rank ").append(rank).append(")");
   return algo::Channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, algo::Clock::now() + timeout(),
-                       what + " (rank " + std::to_string(rank_) + ")", algo_config_, scratch_, aborted_);
+                       std::move(name), algo_config_, scratch_, aborted_);
 }
 
 Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
                                           std::function<void(algo::Channel&)> body) {
   Op op;
-  op.what = what;
+  op.what = std::move(what);
   op.collective = true;
-  op.run = [this, what, descriptor, body = std::move(body)](const std::shared_ptr<WorkState>&) {
-    algo::Channel channel = next_channel(what);
+  op.run = [this, descriptor, body = std::move(body)](Op& self) {
+    algo::Channel channel = next_channel(self.what);
     if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
     body(channel);
   };
@@ -304,8 +308,8 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   Op op;
   op.what = what;
   op.collective = true;
-  op.run = [this, what, descriptor, path, ticket, host_half = std::move(host_half)](const std::shared_ptr<WorkState>&) {
-    algo::Channel channel = next_channel(what);
+  op.run = [this, descriptor, path, ticket, host_half = std::move(host_half)](Op& self) {
+    algo::Channel channel = next_channel(self.what);
     try {
       if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
       if (host_half) host_half(channel);
@@ -349,10 +353,10 @@ algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue,
 Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
                                    std::function<transport::RequestPtr(transport::Endpoint&)> post) {
   Op op;
-  op.what = what;
+  op.what = std::move(what);
   op.completes_later = true;
-  op.run = [this, what, peer, post = std::move(post)](const std::shared_ptr<WorkState>& state) {
-    p2p_.push_back({post(*endpoint_), state, peer, algo::Clock::now() + timeout(), what});
+  op.run = [this, peer, post = std::move(post)](Op& self) {
+    p2p_.push_back({post(*endpoint_), self.state, peer, algo::Clock::now() + timeout(), self.what});
   };
   return push(std::move(op));
 }
@@ -376,7 +380,7 @@ void CommunicatorImpl::run_op(Op& op) {
   if (!failure) {
     if (op.collective) flight_.started(op.flight_seq);
     try {
-      op.run(op.state);
+      op.run(op);
     } catch (const Error& e) {
       failure = base::Failure::of(e);
     } catch (const std::exception& e) {

@@ -78,7 +78,7 @@ class CommunicatorImpl {
   void stop_progress();
   struct Op {
     std::string what;
-    std::function<void(const std::shared_ptr<WorkState>&)> run;
+    std::function<void(Op&)> run;  // on the progress thread
     std::shared_ptr<WorkState> state;
     bool completes_later = false;   // point-to-point: finished by poll_p2p, not when run returns
     std::function<void()> skipped;  // device work: releases what the caller's thread prepared if run never runs

@@ -29,9 +29,11 @@ uint64_t FlightRecorder::queued(const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t seq = next_++;
   Entry& slot = ring_[seq % ring_.size()];
+  std::string name = std::move(slot.what);  // its buffer is reused: no allocation per collective
+  name.assign(what);
   slot = Entry{};
   slot.seq = seq;
-  slot.what = what;
+  slot.what = std::move(name);
   slot.queued = std::chrono::system_clock::now();
   return seq;
 }
