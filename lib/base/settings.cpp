@@ -123,6 +123,8 @@ Settings read(bool use_env) {
   s.cuda_piece_bytes = r.bytes("HIERCOLL_CUDA_PIECE_BYTES", 4096);
   s.chunk_bytes = r.bytes("HIERCOLL_CHUNK_BYTES", 1);
   s.pipeline_slots = static_cast<int>(r.integer("HIERCOLL_PIPELINE_SLOTS", 1));
+  s.chunk_from_env = r.set("HIERCOLL_CHUNK_BYTES");
+  s.slots_from_env = r.set("HIERCOLL_PIPELINE_SLOTS");
   s.timeout_ms = r.integer("HIERCOLL_TIMEOUT_MS", 1);
   s.timeout_from_env = r.set("HIERCOLL_TIMEOUT_MS");
   s.fabric_provider = r.text("HIERCOLL_FABRIC_PROVIDER");

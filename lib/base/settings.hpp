@@ -32,7 +32,8 @@ struct Settings {
   uint64_t cuda_piece_bytes = 0;                                            ///< HIERCOLL_CUDA_PIECE_BYTES
   uint64_t chunk_bytes = 0;                                                 ///< HIERCOLL_CHUNK_BYTES
   int pipeline_slots = 0;                                                   ///< HIERCOLL_PIPELINE_SLOTS
-  int64_t timeout_ms = 0;                                                   ///< HIERCOLL_TIMEOUT_MS
+  bool chunk_from_env = false, slots_from_env = false;  ///< whether those two were set (else they may adapt)
+  int64_t timeout_ms = 0;                               ///< HIERCOLL_TIMEOUT_MS
   bool timeout_from_env = false;  ///< whether HIERCOLL_TIMEOUT_MS was set (it then overrides a caller's timeout)
   std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "" means efa, else tcp
   std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: "" means the first non-loopback

@@ -95,6 +95,8 @@ class CommunicatorImpl {
 
   void bootstrap(Store& store, const std::string& instance);
   void setup_hierarchy(Store& store, const std::string& instance);
+  /// Network messages no larger than the provider's eager size, between nodes, unless HIERCOLL_CHUNK_BYTES says.
+  void fit_chunks_to_provider();
   void progress_loop();
   void run_op(Op& op);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.

@@ -39,6 +39,8 @@ class Endpoint {
 
   /// Name of the provider actually in use, e.g. "tcp;ofi_rxm".
   virtual std::string provider() const = 0;
+  /// Largest message the provider sends eagerly where larger ones take a handshake (0: no such limit known).
+  virtual size_t eager_bytes() const { return 0; }
   /// Opaque address to publish to the peers.
   virtual std::vector<uint8_t> address() const = 0;
   /// Makes rank i reachable at addresses[i]; called once with every rank's address.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <regex>
 
 #include "launcher.hpp"
@@ -89,6 +90,34 @@ TEST_CASE("ranks are grouped into nodes by HIERCOLL_NODE_ID", "[mp][hier]") {
     std::string want = "LAYOUT rank=" + std::to_string(r) + " node=" + std::to_string(r % 2) +
                        " local_rank=" + std::to_string(r / 2) + " local_size=3 nodes=2";
     CHECK(result.ranks[r].output.find(want) != std::string::npos);
+  }
+}
+
+// RxM sends larger messages by a handshake that, on a pair exchanging both ways, waits behind the other direction's
+// data (docs/cluster.md): between nodes the pipelines cut messages to its eager size, keeping the bytes in flight.
+TEST_CASE("between nodes over RxM, network messages fit its eager size unless HIERCOLL_CHUNK_BYTES is set",
+          "[mp][hier]") {
+  struct Case {
+    const char* name;
+    std::vector<int> node_of;
+    std::map<std::string, std::string> env;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"2 nodes", {0, 0, 1, 1}, {}, "chunk 16384 B x 256 slots"},
+      {"1 node", {0, 0, 0, 0}, {}, "chunk 1048576 B x 4 slots"},
+      {"2 nodes, chunk set", {0, 0, 1, 1}, {{"HIERCOLL_CHUNK_BYTES", "64K"}}, "chunk 65536 B x 4 slots"},
+      {"2 nodes, RxM buffer set", {0, 0, 1, 1}, {{"FI_OFI_RXM_BUFFER_SIZE", "32768"}}, "chunk 32768 B x 128 slots"},
+  };
+  for (const Case& c : cases) {
+    auto options = loopback();
+    options.node_of = c.node_of;
+    options.env["HIERCOLL_DEBUG"] = "INFO";
+    for (const auto& [key, value] : c.env) options.env[key] = value;
+    auto result = launch(4, HIERCOLL_MP_WORKER, {"layout"}, options);
+    INFO(c.name << "\n" << result.report());
+    REQUIRE(result.all_ok());
+    for (int r = 0; r < 4; ++r) CHECK(result.ranks[r].output.find(c.want) != std::string::npos);
   }
 }
 

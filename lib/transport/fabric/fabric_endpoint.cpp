@@ -8,6 +8,7 @@
 #include <rdma/fi_tagged.h>
 #include <sched.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -63,6 +64,15 @@ class FabricEndpoint final : public Endpoint {
   }
 
   std::string provider() const override { return info_->fabric_attr->prov_name; }
+  // RxM (the tcp provider's RDM layer) sends messages up to its bounce-buffer size eagerly, larger ones by
+  // segmentation or rendezvous (fi_rxm(7)). That size is FI_OFI_RXM_BUFFER_SIZE, 16 KB by default; the endpoint's
+  // inject size does not report it (64 here).
+  size_t eager_bytes() const override {
+    if (provider().find("ofi_rxm") == std::string::npos) return 0;
+    const char* set = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+    const unsigned long long bytes = set ? std::strtoull(set, nullptr, 10) : 0;
+    return bytes > 0 ? static_cast<size_t>(bytes) : size_t{16} << 10;
+  }
 
   std::vector<uint8_t> address() const override {
     std::vector<uint8_t> name(256);
@@ -339,8 +349,8 @@ class FabricEndpoint final : public Endpoint {
           std::string text;
           if (error.err == FI_ETRUNC) {
             // olen is the overflow, where the provider reports it (tcp;ofi_rxm leaves it 0).
-            const std::string arrived =
-                error.olen ? std::to_string(request->bytes_posted + error.olen) + " arrived" : "a larger message arrived";
+            const std::string arrived = error.olen ? std::to_string(request->bytes_posted + error.olen) + " arrived"
+                                                   : "a larger message arrived";
             text = "message truncated: the receive was posted for " + std::to_string(request->bytes_posted) +
                    " bytes but " + arrived + " (ranks disagree on the size of this operation)";
           } else if (error.err == FI_ECANCELED) {
