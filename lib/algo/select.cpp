@@ -1,6 +1,8 @@
 #include "algo/select.hpp"
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "base/log.hpp"
 #include "hiercoll/errors.hpp"
@@ -179,6 +181,30 @@ AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
   if (hierarchy_ready_) consider(AllreduceAlgo::kHierarchical, model_.hierarchical(size, layout_));
   consider(AllreduceAlgo::kSharded, model_.sharded(size, layout_, hierarchy_ready_) * kShardedMargin);
   return best;
+}
+
+std::string AllreduceSelector::tuning_table() const {
+  std::ostringstream out;
+  out << "allreduce tuning table (" << layout_.describe() << "; network " << model_.net.latency_us << " us, "
+      << model_.net.bandwidth_gbps << " GB/s): predicted us";
+  out << "\n"
+      << std::setw(10) << "bytes" << std::setw(12) << "ring" << std::setw(12) << "rd" << std::setw(12) << "hier"
+      << std::setw(12) << "sharded"
+      << "  chosen";
+  for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 8) {
+    const double size = static_cast<double>(bytes);
+    auto cell = [&](double seconds) {
+      std::ostringstream c;
+      c << std::fixed << std::setprecision(1) << seconds * 1e6;
+      return c.str();
+    };
+    out << "\n"
+        << std::setw(10) << bytes << std::setw(12) << cell(model_.ring(size, layout_)) << std::setw(12)
+        << cell(model_.recursive_doubling(size, layout_)) << std::setw(12)
+        << (hierarchy_ready_ ? cell(model_.hierarchical(size, layout_)) : std::string("-")) << std::setw(12)
+        << cell(model_.sharded(size, layout_, hierarchy_ready_)) << "  " << to_string(choose(bytes));
+  }
+  return out.str();
 }
 
 Algorithm AllreduceSelector::choose(Kind kind, size_t bytes, bool device) const {

@@ -68,6 +68,9 @@ class AllreduceSelector {
     return forced_ && (forced_algo_ == AllreduceAlgo::kRing || forced_algo_ == AllreduceAlgo::kRecursiveDoubling);
   }
   const CostModel& model() const { return model_; }
+  /// The cost model's predicted allreduce time (µs) per algorithm at sizes 8 B x 8^k up to 128 MB, and the choice at
+  /// each: what HIERCOLL_DEBUG=INFO prints at start-up, as NCCL prints its tuning table.
+  std::string tuning_table() const;
 
  private:
   CostModel model_;

@@ -111,10 +111,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                                        << algo_config_.chunk_bytes << " B x " << algo_config_.slots << " slots");
   if (rank_ == 0) {
     HIERCOLL_LOG(kInfo, "layout " << layout_.describe() << "; hierarchical allreduce "
-                                  << (selector_->hierarchical_eligible() ? "available" : "unavailable")
-                                  << "; allreduce 4K/1M/64M -> " << algo::to_string(choose_allreduce(4 << 10)) << "/"
-                                  << algo::to_string(choose_allreduce(1 << 20)) << "/"
-                                  << algo::to_string(choose_allreduce(64 << 20)));
+                                  << (selector_->hierarchical_eligible() ? "available" : "unavailable"));
+    HIERCOLL_LOG(kInfo, selector_->tuning_table());
     HIERCOLL_LOG(kInfo, "machine: " << detect_machine().describe());
   }
 }

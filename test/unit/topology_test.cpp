@@ -1,6 +1,7 @@
 #include "hiercoll/topology.hpp"
 
 #include <catch2/catch.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -102,4 +103,40 @@ TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chose
   CHECK(forced.choose(8) == algo::AllreduceAlgo::kSharded);
   CHECK(forced.choose(algo::Kind::kReduceScatter, 1 << 20, false) == algo::Algorithm::kNode);
   CHECK_THROWS_WITH(algo::AllreduceSelector(model, one_node, true, "servers"), Catch::Contains("sharded"));
+}
+
+TEST_CASE("the tuning table prints the model's times and the selector's choice at every size", "[select]") {
+  algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
+  model.net = {30, 1.0};
+  model.shm = {2, 20.0};
+  for (bool hierarchy : {true, false}) {
+    Layout layout = Layout::from_node_ids(nodes_of(2, 2), 0);
+    algo::AllreduceSelector selector(model, layout, hierarchy);
+    std::istringstream table(selector.tuning_table());
+    std::string line;
+    std::getline(table, line);  // title
+    std::getline(table, line);  // column names
+    size_t expected = 8;
+    int rows = 0;
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      size_t bytes = 0;
+      std::string ring, rd, hier, sharded, chosen;
+      fields >> bytes >> ring >> rd >> hier >> sharded >> chosen;
+      INFO(line);
+      CHECK(bytes == expected);
+      const double size = static_cast<double>(bytes);
+      CHECK(std::stod(ring) == Approx(model.ring(size, layout) * 1e6).epsilon(0.01).margin(0.06));
+      CHECK(std::stod(rd) == Approx(model.recursive_doubling(size, layout) * 1e6).epsilon(0.01).margin(0.06));
+      if (hierarchy) {
+        CHECK(std::stod(hier) == Approx(model.hierarchical(size, layout) * 1e6).epsilon(0.01).margin(0.06));
+      } else {
+        CHECK(hier == "-");
+      }
+      CHECK(chosen == algo::to_string(selector.choose(bytes)));
+      expected *= 8;
+      ++rows;
+    }
+    CHECK(rows == 9);  // 8 B .. 128 MB by factors of 8
+  }
 }
