@@ -1,0 +1,78 @@
+"""What the benchmark scripts share (bench-compare, bench-sharded, validate-model, scale-model): running a command
+with its output echoed, starting a *_perf benchmark on loopback or the emulated cluster and reading its rows, and
+the marked sections of a document that one script writes and the others keep."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
+
+
+def perf(collective):
+    return os.path.join(BUILD, "bench", f"{collective}_perf")
+
+
+def run(cmd, env=None):
+    """Runs `cmd`, echoing it and its output to stderr; returns the output."""
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+    sys.stderr.write(out)
+    return out
+
+
+def rows(output):
+    """Rows of a *_perf table: size, algo, time (µs), busbw and in-place busbw (GB/s), wrong results."""
+    result = []
+    for line in output.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        f = line.split()
+        result.append({"size": int(f[0]), "algo": f[5], "time": float(f[6]), "busbw": float(f[8]),
+                       "busbw_ip": float(f[12]), "wrong": int(f[9]) + int(f[13])})
+    return result
+
+
+def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None):
+    """<collective>_perf started by hiercoll_launch: 4 ranks on loopback, or layout = (nodes, ranks per node) on the
+    emulated cluster (which must be up). `env`: NAME=VALUE for every rank."""
+    nodes, per_node = layout or (1, 4)
+    cmd = [LAUNCH, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
+           "-x", "HIERCOLL_FABRIC_PROVIDER=tcp"]
+    cmd += ["--netns", "hc"] if layout else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]
+    for e in env:
+        cmd += ["-x", e]
+    return rows(run(cmd + ["--", perf(collective), "--backend", backend] + sizes))
+
+
+def checked(series, what):
+    """`series` if every result in it was right; else stops the script naming `what`."""
+    bad = [r for r in series if r["wrong"]]
+    if bad:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {what} gave wrong results at {bad[0]['size']} bytes")
+    return series
+
+
+def _markers(name):
+    return f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+
+
+def kept_sections(path):
+    """The marked sections of the document at `path` (other scripts' parts), whole, in order."""
+    text = open(path).read() if os.path.exists(path) else ""
+    return [m.group(0) for m in re.finditer(r"<!-- ([\w-]+): begin -->.*?<!-- \1: end -->", text, re.S)]
+
+
+def write_section(path, name, body):
+    """Puts `body` between the `name` markers of the document at `path`, replacing what was there, or appends it."""
+    begin, end = _markers(name)
+    section = f"{begin}\n\n{body.strip()}\n\n{end}"
+    text = open(path).read() if os.path.exists(path) else ""
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text)
