@@ -42,17 +42,17 @@ class Chunked {
   /// Receives from `peer` into `into`, calling `arrived(offset, n)` for each chunk as it lands.
   template <class Arrived>
   void recv(int peer, uint32_t step, void* into, Arrived arrived) {
-    exchange(-1, step, nullptr, peer, into, arrived);
+    exchange(peer, step, nullptr, into, arrived);
   }
 
-  /// Sends `from` to `peer` while receiving the same step from it into `into`; `arrived(offset, n)` runs for each
-  /// chunk once it has landed and `from`'s chunk at the same offset has left (so it may rewrite `from`).
+  /// Sends `from` (unless null) to `peer` while receiving the same step from it into `into`; `arrived(offset, n)`
+  /// runs for each chunk once it has landed and `from`'s chunk at the same offset has left (so it may rewrite it).
   template <class Arrived>
-  void exchange(int peer, uint32_t step, const void* from, int from_peer, void* into, Arrived arrived) {
+  void exchange(int peer, uint32_t step, const void* from, void* into, Arrived arrived) {
     std::vector<RequestPtr> recvs(chunks_), sends(chunks_);
     auto post = [&](size_t c) {
-      recvs[c] = ch_.recv(from_peer, unit(step, c), bytes(into, c), length(c));
-      if (peer >= 0) sends[c] = ch_.send(peer, unit(step, c), bytes(from, c), length(c));
+      recvs[c] = ch_.recv(peer, unit(step, c), bytes(into, c), length(c));
+      if (from) sends[c] = ch_.send(peer, unit(step, c), bytes(from, c), length(c));
     };
     for (size_t c = 0; c < std::min(window_, chunks_); ++c) post(c);
     for (size_t c = 0; c < chunks_; ++c) {
@@ -112,7 +112,7 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
   for (int mask = 1; mask < p; mask <<= 1) {
     ++step;
     const int partner = r ^ mask;
-    transfer.exchange(partner, step, out, partner, incoming, [&](size_t at, size_t len) {
+    transfer.exchange(partner, step, out, incoming, [&](size_t at, size_t len) {
       uint8_t* mine = result + at * elem;
       const uint8_t* theirs = incoming + at * elem;
       if (r < partner) {

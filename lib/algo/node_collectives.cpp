@@ -55,7 +55,8 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
   NodeRounds rounds(issue, m, node_signature(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
-  std::vector<const void*> sources(static_cast<size_t>(L));
+  std::vector<const void*>& sources = m.sources;
+  sources.resize(static_cast<size_t>(L));
   const size_t count = (recv_count + q - 1) / q;
   for (size_t t = 0; t < count; ++t) {
     const size_t offset = t * q, n = std::min(q, recv_count - offset);
