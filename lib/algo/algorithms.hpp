@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "algo/channel.hpp"
+#include "device/queue.hpp"
 #include "hiercoll/types.hpp"
 
 namespace hiercoll::algo {
@@ -28,6 +29,11 @@ class NetworkStage;
 /// `inter` picks the inter-node algorithm (a ring per rail, or sharded reduction servers).
 void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& memory, NetworkStage& network, const void* in,
                     void* out, size_t count, DataType type, ReduceOp op, InterNode inter);
+/// allreduce_hier on one node when one_shot_allreduce(): every local rank stages its input in peer memory, one
+/// flag round, then each reduces all L inputs itself. Needs no Channel (no network, no tags), so it may run on the
+/// caller's thread; `wait` bounds the flag round. `world` divides for kAvg.
+void allreduce_one_shot(NodeMemory& memory, const device::WaitContext& wait, const void* in, void* out, size_t count,
+                        DataType type, ReduceOp op, int world);
 /// Reduce-scatter and allgather when the whole group is one node: every rank reads the others' parts from the
 /// node's peer memory. Same contracts as the ring versions; queue work only, issued like allreduce_hier's.
 void reduce_scatter_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t recv_count,

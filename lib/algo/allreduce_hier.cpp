@@ -45,6 +45,25 @@ void inter_node_allreduce(Channel& rail, const Hierarchy& h, InterNode inter, vo
 
 }  // namespace
 
+void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const void* in, void* out, size_t count,
+                        DataType type, ReduceOp op, int world) {
+  // One flag round instead of two. Every rank reduces all L areas itself, in local-rank order (so every rank's
+  // result is the same bits). The slot rotation stays safe: a rank signals round p+1 only after its reads of round
+  // p. The rotation and generations are allreduce_hier's (pieces_done), so ranks may mix the two freely.
+  transport::PeerMemory& peers = *m.peers;
+  device::Queue& queue = *m.queue;
+  const int L = peers.local_size();
+  const size_t bytes = count * dtype_size(type);
+  const int slot = static_cast<int>(m.pieces_done % kHierBufferSets);
+  queue.copy(peers.area(slot, peers.local_rank()), in, bytes);
+  node_sync(m, kFlagStaged, slot, m.pieces_done + 1, node_signature(0, count, type, op), wait, m.flags);
+  m.sources.resize(static_cast<size_t>(L));
+  for (int k = 0; k < L; ++k) m.sources[k] = peers.area(slot, k);
+  queue.reduce(out, m.sources.data(), L, count, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+  if (op == ReduceOp::kAvg) queue.divide(out, count, type, world);
+  m.pieces_done += 1;
+}
+
 void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                     size_t count, DataType type, ReduceOp op, InterNode inter) {
   const size_t elem = dtype_size(type);
@@ -78,18 +97,8 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   std::vector<const void*>& sources = m.sources;
   sources.resize(static_cast<size_t>(L));
 
-  if (!network && count * elem <= std::min(kOneShotBytes, peers.area_bytes())) {
-    // One node, a small message: one flag round instead of two. Every rank reduces all L areas itself, in
-    // local-rank order (so every rank's result is the same bits). The slot rotation stays safe: a rank signals
-    // round p+1 only after its reads of round p.
-    const int slot = static_cast<int>(m.pieces_done % kHierBufferSets);
-    queue.copy(peers.area(slot, l), in, count * elem);
-    node_sync(m, kFlagStaged, slot, m.pieces_done + 1, signature, issue.wait("intra-node exchange"), flags);
-    for (int k = 0; k < L; ++k) sources[k] = peers.area(slot, k);
-    queue.reduce(out, sources.data(), L, count, type, partial);
-    if (op == ReduceOp::kAvg) queue.divide(out, count, type, world);
-    m.pieces_done += 1;
-    return;
+  if (one_shot_allreduce(h, m, count * elem)) {
+    return allreduce_one_shot(m, issue.wait("intra-node exchange"), in, out, count, type, op, world);
   }
   const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
   const device::WaitContext published_wait = issue.wait("intra-node allgather");

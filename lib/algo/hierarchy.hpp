@@ -1,5 +1,6 @@
 #pragma once
 // What the hierarchical algorithms need to know about the node structure, prepared once per communicator.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -77,5 +78,11 @@ struct Hierarchy {
   size_t small_message_bytes = 64 << 10;  ///< the inter-node phase uses recursive doubling up to this size
   BackgroundWorker* network = nullptr;    ///< runs the inter-node phase beside the intra-node phases
 };
+
+/// Whether the hierarchical allreduce of `bytes` is one flag round in peer memory: one node, and small enough.
+/// It then uses no network endpoint and no helper thread.
+inline bool one_shot_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
+  return h.rail.size() <= 1 && m.peers != nullptr && bytes <= std::min(kOneShotBytes, m.peers->area_bytes());
+}
 
 }  // namespace hiercoll::algo

@@ -47,6 +47,12 @@ struct CostModel {
   static CostModel from(const base::Settings& settings);
 };
 
+class Channel;
+/// Measures the fabric between group ranks `a` and `b` (on different nodes) of `ch`: round trips of 8 bytes, then
+/// `bytes` streamed from a to b in the pipelines' chunks (link_probe.cpp). Every rank of `ch` calls it and gets
+/// a's figures; ranks other than a and b only take part in handing them out.
+LinkFigures probe_link(Channel& ch, int a, int b, size_t bytes);
+
 /// Smallest message for which the ring beats recursive doubling among `ranks` ranks of the fabric.
 size_t crossover_bytes(const CostModel& model, int ranks);
 

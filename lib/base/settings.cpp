@@ -16,10 +16,12 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_NODE_ID", ""},
       {"HIERCOLL_NET_BW_GBPS", "1"},
       {"HIERCOLL_NET_LAT_US", "30"},
+      {"HIERCOLL_NET_PROBE_BYTES", "8M"},
       {"HIERCOLL_SHM_BW_GBPS", "4"},
       {"HIERCOLL_SHM_LAT_US", "5"},
       {"HIERCOLL_SHM_PIECE_BYTES", "2M"},
       {"HIERCOLL_NET_STAGING", "0"},
+      {"HIERCOLL_CALLER_THREAD", "1"},
       {"HIERCOLL_CUDA_PIECE_BYTES", "4M"},
       {"HIERCOLL_CHUNK_BYTES", "1M"},
       {"HIERCOLL_PIPELINE_SLOTS", "4"},
@@ -116,10 +118,14 @@ Settings read(bool use_env) {
   s.node_id = r.text("HIERCOLL_NODE_ID");
   s.net_bw_gbps = r.positive("HIERCOLL_NET_BW_GBPS");
   s.net_lat_us = r.positive("HIERCOLL_NET_LAT_US");
+  s.net_bw_from_env = r.set("HIERCOLL_NET_BW_GBPS");
+  s.net_lat_from_env = r.set("HIERCOLL_NET_LAT_US");
+  s.net_probe_bytes = r.bytes("HIERCOLL_NET_PROBE_BYTES", 0);
   s.shm_bw_gbps = r.positive("HIERCOLL_SHM_BW_GBPS");
   s.shm_lat_us = r.positive("HIERCOLL_SHM_LAT_US");
   s.shm_piece_bytes = r.bytes("HIERCOLL_SHM_PIECE_BYTES", 4096);
   s.net_staging = r.flag("HIERCOLL_NET_STAGING");
+  s.caller_thread = r.flag("HIERCOLL_CALLER_THREAD");
   s.cuda_piece_bytes = r.bytes("HIERCOLL_CUDA_PIECE_BYTES", 4096);
   s.chunk_bytes = r.bytes("HIERCOLL_CHUNK_BYTES", 1);
   s.pipeline_slots = static_cast<int>(r.integer("HIERCOLL_PIPELINE_SLOTS", 1));

@@ -27,11 +27,14 @@ struct Settings {
   std::string algo;                ///< HIERCOLL_ALGO: "" (cost model), ring, rd, hier
   std::string node_id;             ///< HIERCOLL_NODE_ID: "" means the host name
   double net_bw_gbps = 0, net_lat_us = 0, shm_bw_gbps = 0, shm_lat_us = 0;  ///< cost-model figures
-  uint64_t shm_piece_bytes = 0;                                             ///< HIERCOLL_SHM_PIECE_BYTES
-  bool net_staging = false;                                                 ///< HIERCOLL_NET_STAGING
-  uint64_t cuda_piece_bytes = 0;                                            ///< HIERCOLL_CUDA_PIECE_BYTES
-  uint64_t chunk_bytes = 0;                                                 ///< HIERCOLL_CHUNK_BYTES
-  int pipeline_slots = 0;                                                   ///< HIERCOLL_PIPELINE_SLOTS
+  bool net_bw_from_env = false, net_lat_from_env = false;  ///< whether set (else the link probe's figures are used)
+  uint64_t net_probe_bytes = 0;   ///< HIERCOLL_NET_PROBE_BYTES: streamed by the start-up link probe; 0: no probe
+  uint64_t shm_piece_bytes = 0;   ///< HIERCOLL_SHM_PIECE_BYTES
+  bool net_staging = false;       ///< HIERCOLL_NET_STAGING
+  bool caller_thread = true;      ///< HIERCOLL_CALLER_THREAD: small one-node collectives may run on the caller's thread
+  uint64_t cuda_piece_bytes = 0;  ///< HIERCOLL_CUDA_PIECE_BYTES
+  uint64_t chunk_bytes = 0;       ///< HIERCOLL_CHUNK_BYTES
+  int pipeline_slots = 0;         ///< HIERCOLL_PIPELINE_SLOTS
   bool chunk_from_env = false, slots_from_env = false;  ///< whether those two were set (else they may adapt)
   int64_t timeout_ms = 0;                               ///< HIERCOLL_TIMEOUT_MS
   bool timeout_from_env = false;  ///< whether HIERCOLL_TIMEOUT_MS was set (it then overrides a caller's timeout)

@@ -2,7 +2,9 @@
 #include "engine/collective.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "algo/algorithms.hpp"
@@ -139,26 +141,91 @@ bool has_op(algo::Kind kind) {
   return kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce;
 }
 
-// "allreduce(1000 x float32) sum [ring]": what errors, logs and the flight recorder call it. Built for every
-// operation, so by appending (an ostringstream cost about a tenth of an 8-byte allreduce on one node).
-std::string describe(const Collective& c, algo::Algorithm algorithm, bool on_device) {
-  if (c.kind == algo::Kind::kBarrier) return "barrier";
-  std::string out = algo::to_string(c.kind);
-  out.reserve(64);
-  out.append("(").append(std::to_string(c.count)).append(" x ").append(to_string(c.type)).append(")");
+// "allreduce(1000 x float32) sum [ring]": what errors, logs and the flight recorder call it, appended to `out`.
+// Written for every operation, so by appending to a reused buffer where one is at hand (an ostringstream cost
+// about a tenth of an 8-byte allreduce on one node).
+void describe_into(std::string& out, const Collective& c, algo::Algorithm algorithm, bool on_device) {
+  if (c.kind == algo::Kind::kBarrier) {
+    out.append("barrier");
+    return;
+  }
+  char number[24];
+  auto append_number = [&](long long v) { out.append(number, std::to_chars(number, number + sizeof(number), v).ptr); };
+  out.append(algo::to_string(c.kind)).append("(");
+  append_number(static_cast<long long>(c.count));
+  out.append(" x ").append(to_string(c.type)).append(")");
   if (has_op(c.kind)) out.append(" ").append(to_string(c.op));
-  if (c.root >= 0) out.append(" root ").append(std::to_string(c.root));
+  if (c.root >= 0) {
+    out.append(" root ");
+    append_number(c.root);
+  }
   out.append(" [").append(algo::to_string(algorithm)).append(on_device ? ", device]" : "]");
+}
+
+std::string describe(const Collective& c, algo::Algorithm algorithm, bool on_device) {
+  std::string out;
+  out.reserve(64);
+  describe_into(out, c, algorithm, on_device);
   return out;
 }
 
 }  // namespace
+
+std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm) {
+  // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
+  // names and completion state that carry it across cost more than the allreduce itself: 4 ranks on 2 cores,
+  // 8 B (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
+  if (!settings_.caller_thread || settings_.check_collectives) return std::nullopt;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || aborted_ || !broken_.empty() || !progress_idle_ || !queue_.empty() || caller_running_) {
+      return std::nullopt;  // the progress thread runs it, after what is ahead of it, or fails it as it should
+    }
+    caller_running_ = true;
+    seq = flight_.running([&](std::string& name) { describe_into(name, c, algorithm, false); });
+  }
+  ++sequence_;  // the channel numbering stays in step with ranks that run this operation on the progress thread
+  std::optional<base::Failure> failure;
+  try {
+    // Named only if it fails (below): the name is the flight recorder's, not rebuilt for every call.
+    const device::WaitContext wait{algo::Clock::now() + timeout(), &aborted_, std::string()};
+    algo::allreduce_one_shot(host_memory_, wait, c.in, c.out, c.count, c.type, c.op, size_);
+  } catch (const Error& e) {
+    failure = base::Failure::of(e);
+  } catch (const std::exception& e) {
+    failure = base::Failure{ErrorCode::kInternal, e.what()};
+  }
+  flight_.ended(seq, !failure);
+  Work work;  // finished: a Work without state
+  if (failure) {
+    const std::string what = describe(c, algorithm, false) + " (rank " + std::to_string(rank_) + ")";
+    failure->message = what + " intra-node exchange" + failure->message;
+    on_collective_failure(*failure);
+    break_on(what, failure->message);
+    auto state = std::make_shared<WorkState>();
+    state->finish(failure);
+    work = Work(state);
+  }
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    caller_running_ = false;
+    queued = !queue_.empty();  // another thread enqueued meanwhile: the progress thread may go on
+  }
+  if (queued) queue_cv_.notify_one();
+  return work;
+}
 
 Work CommunicatorImpl::collective(const Collective& c) {
   const Buffers buffers = validate(c, rank_, size_);
   const int device = device_of(algo::to_string(c.kind), buffers);
   const size_t bytes = std::max(buffers.in_bytes, buffers.out_bytes);
   const algo::Algorithm algorithm = selector_->choose(c.kind, bytes, device >= 0);
+  if (device < 0 && c.kind == algo::Kind::kAllreduce && algorithm == algo::Algorithm::kHierarchical &&
+      algo::one_shot_allreduce(hierarchy_, host_memory_, bytes)) {
+    if (std::optional<Work> done = run_here(c, algorithm)) return *std::move(done);
+  }
   std::string what = describe(c, algorithm, device >= 0);
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
                                       static_cast<uint32_t>(has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};

@@ -105,6 +105,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw;
   }
   if (arena_) arena_->unlink();
+  measure_link();
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
@@ -114,6 +115,40 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                                   << (selector_->hierarchical_eligible() ? "available" : "unavailable"));
     HIERCOLL_LOG(kInfo, selector_->tuning_table());
     HIERCOLL_LOG(kInfo, "machine: " << detect_machine().describe());
+  }
+}
+
+void CommunicatorImpl::measure_link() {
+  // The cost model's network figures decide between the ring, recursive doubling and the hierarchical and sharded
+  // schedules; configured ones (HIERCOLL_NET_*) are a guess that can be 50x off between a 1 Gbit/s link and a
+  // 400 Gbit/s fabric. So the first ranks of nodes 0 and 1 measure theirs. Those set in the environment win.
+  if (layout_.node_count < 2 || settings_.net_probe_bytes == 0) return;
+  if (settings_.net_bw_from_env && settings_.net_lat_from_env) return;
+  const int a = layout_.rank_at(0, 0), b = layout_.rank_at(1, 0);
+  const size_t bytes = settings_.net_probe_bytes;
+  algo::LinkFigures measured;
+  const auto start = algo::Clock::now();
+  try {
+    enqueue_collective("link probe", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [&](algo::Channel& ch) {
+      measured = algo::probe_link(ch, a, b, bytes);
+    }).wait();
+  } catch (...) {
+    stop_progress();  // as for the init barrier: a constructor that throws must join its thread
+    throw;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(algo::Clock::now() - start).count();
+  if (!settings_.net_lat_from_env) cost_model_.net.latency_us = measured.latency_us;
+  if (!settings_.net_bw_from_env) cost_model_.net.bandwidth_gbps = measured.bandwidth_gbps;
+  // Both were made with the configured figures before the probe could run (it needs the communicator).
+  if (layout_.regular()) hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
+  selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, selector_->hierarchical_eligible(),
+                                                        settings_.algo);
+  if (rank_ == 0) {
+    HIERCOLL_LOG(kInfo, "link probe, rank " << a << " -> rank " << b << ", " << bytes << " B in " << ms
+                                            << " ms: latency " << measured.latency_us << " us, bandwidth "
+                                            << measured.bandwidth_gbps << " GB/s; the cost model uses "
+                                            << cost_model_.net.latency_us << " us, " << cost_model_.net.bandwidth_gbps
+                                            << " GB/s");
   }
 }
 
@@ -402,15 +437,17 @@ void CommunicatorImpl::run_op(Op& op) {
     }
     if (op.collective) flight_.ended(op.flight_seq, !failure);
     if (failure && op.collective) on_collective_failure(*failure);
-    if (failure) {
-      broken_ = failure->message;
-      HIERCOLL_LOG(kWarn, broken_);
-      // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
-      endpoint_->cancel_all(op.what + " failed");
-      poll_p2p(true, "the communicator is broken by an earlier error: " + broken_);
-    }
+    if (failure) break_on(op.what, failure->message);
   }
   if (!op.completes_later || failure) op.state->finish(failure);
+}
+
+void CommunicatorImpl::break_on(const std::string& what, const std::string& message) {
+  broken_ = message;
+  HIERCOLL_LOG(kWarn, broken_);
+  // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
+  endpoint_->cancel_all(what + " failed");
+  poll_p2p(true, "the communicator is broken by an earlier error: " + broken_);
 }
 
 void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
@@ -473,7 +510,9 @@ void CommunicatorImpl::progress_loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (queue_.empty() && p2p_.empty()) {
-        queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        progress_idle_ = true;
+        queue_cv_.wait(lock, [&] { return (!queue_.empty() || stopping_) && !caller_running_; });
+        progress_idle_ = false;
       }
       if (queue_.empty()) {
         if (stopping_ && (p2p_.empty() || aborted_)) break;

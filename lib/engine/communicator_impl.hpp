@@ -1,6 +1,7 @@
 #pragma once
 // The engine behind hiercoll::Communicator: one progress thread owns the endpoint and runs operations in
-// issue order; point-to-point requests complete beside them.
+// issue order; point-to-point requests complete beside them. A small one-node allreduce may run on its caller's
+// thread instead, when it is next in line (run_here).
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -8,6 +9,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +99,9 @@ class CommunicatorImpl {
   void setup_hierarchy(Store& store, const std::string& instance);
   /// Network messages no larger than the provider's eager size, between nodes, unless HIERCOLL_CHUNK_BYTES says.
   void fit_chunks_to_provider();
+  /// The start-up link probe (algo::probe_link) between nodes 0 and 1; its figures replace the cost model's
+  /// configured ones, except those set in the environment.
+  void measure_link();
   void progress_loop();
   void run_op(Op& op);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
@@ -105,6 +110,11 @@ class CommunicatorImpl {
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);
+  /// A small allreduce within one node, on the caller's thread (collective.cpp): if the progress thread is idle
+  /// with nothing queued, runs it now and returns its finished Work; otherwise nullopt, and it is enqueued.
+  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
+  /// After operation `what` failed with `message`: later operations fail with it; pending requests are cancelled.
+  void break_on(const std::string& what, const std::string& message);
 
   int rank_, size_;
   CommOptions options_;
@@ -135,10 +145,14 @@ class CommunicatorImpl {
   std::condition_variable queue_cv_;
   std::deque<Op> queue_;
   bool stopping_ = false;
+  // Operations run one at a time, in issue order: on the progress thread, or (run_here) on the caller's thread
+  // while the progress thread is idle (waiting, with nothing queued or pending) and stays so.
+  bool progress_idle_ = false;
+  bool caller_running_ = false;
   std::atomic<bool> aborted_{false};
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
-  std::string broken_;         // first fatal error; later operations fail with it (progress thread only)
+  std::string broken_;         // first fatal error; later operations fail with it (whoever runs operations: see above)
   std::list<PendingP2P> p2p_;  // progress thread only
   std::thread thread_;
 };

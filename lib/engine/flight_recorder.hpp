@@ -31,6 +31,21 @@ class FlightRecorder {
   uint64_t queued(const std::string& what);
   void started(uint64_t seq);
   void ended(uint64_t seq, bool ok);
+  /// queued() and started() at once, for a collective its caller runs itself. `write_name(std::string&)` writes
+  /// what it is into the entry's buffer, which is reused: nothing is allocated once the ring has gone round.
+  template <class WriteName>
+  uint64_t running(const WriteName& write_name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t seq = next_++;
+    Entry& slot = ring_[seq % ring_.size()];
+    slot.seq = seq;
+    slot.what.clear();
+    write_name(slot.what);
+    slot.state = State::kRunning;
+    slot.queued = slot.started = std::chrono::system_clock::now();
+    slot.ended = {};
+    return seq;
+  }
 
   /// How many collectives were enqueued.
   uint64_t called() const;

@@ -3,6 +3,7 @@
 #define CATCH_CONFIG_MAIN
 #include <dirent.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdlib>
@@ -93,6 +94,65 @@ TEST_CASE("ranks are grouped into nodes by HIERCOLL_NODE_ID", "[mp][hier]") {
   }
 }
 
+// The start-up link probe measures the fabric between nodes 0 and 1; rank 0 hands its figures to every rank, so every
+// rank's cost model chooses alike. (Its figures against a shaped link: test/cluster/link_probe_check.sh.)
+TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]") {
+  auto shape = GENERATE(Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x1", {0, 1, 2}}, Shape{"irregular 1+2", {0, 1, 1}});
+  auto options = loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", "2M"}});
+  options.node_of = shape.node_of;
+  auto result = launch(static_cast<int>(shape.node_of.size()), HIERCOLL_MP_WORKER, {"choices"}, options);
+  INFO(shape.name << "\n" << result.report());
+  REQUIRE(result.all_ok());
+  const int b = static_cast<int>(std::find(shape.node_of.begin(), shape.node_of.end(), 1) - shape.node_of.begin());
+  const std::regex probe_line("link probe, rank 0 -> rank " + std::to_string(b) +
+                              ", 2097152 B in [0-9.e+-]+ ms: latency ([0-9.e+-]+) us, bandwidth ([0-9.e+-]+) GB/s; "
+                              "the cost model uses ([0-9.e+-]+) us, ([0-9.e+-]+) GB/s");
+  std::smatch m;
+  REQUIRE(std::regex_search(result.ranks[0].output, m, probe_line));
+  CHECK(m[1] == m[3]);
+  CHECK(m[2] == m[4]);
+  CHECK(std::stod(m[1]) > 0);
+  CHECK(std::stod(m[2]) > 0);
+  // The tuning table is the model's with those figures.
+  CHECK(result.ranks[0].output.find("network " + m[3].str() + " us, " + m[4].str() + " GB/s") != std::string::npos);
+  const std::regex choices("CHOICES[a-z ]+");
+  std::smatch first;
+  REQUIRE(std::regex_search(result.ranks[0].output, first, choices));
+  for (size_t r = 1; r < shape.node_of.size(); ++r) {
+    std::smatch mine;
+    REQUIRE(std::regex_search(result.ranks[r].output, mine, choices));
+    CHECK(mine.str() == first.str());
+  }
+}
+
+TEST_CASE("HIERCOLL_NET_* set in the environment win over the link probe; one node or a probe of 0 bytes: none",
+          "[mp][hier]") {
+  auto options =
+      loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", "1M"}, {"HIERCOLL_NET_BW_GBPS", "7"}});
+  options.node_of = {0, 1};
+  auto result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
+  INFO(result.report());
+  REQUIRE(result.all_ok());
+  const std::regex probe_line("bandwidth [0-9.e+-]+ GB/s; the cost model uses ([0-9.e+-]+) us, 7 GB/s");
+  std::smatch m;
+  CHECK(std::regex_search(result.ranks[0].output, m, probe_line));
+
+  options.env["HIERCOLL_NET_LAT_US"] = "40";  // both set: nothing left to measure
+  result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
+  REQUIRE(result.all_ok());
+  CHECK(result.ranks[0].output.find("link probe") == std::string::npos);
+  CHECK(result.ranks[0].output.find("network 40 us, 7 GB/s") != std::string::npos);
+
+  for (auto [nodes, bytes] : {std::pair<std::vector<int>, std::string>{{0, 0}, "1M"}, {{0, 1}, "0"}}) {
+    auto plain = loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", bytes}});
+    plain.node_of = nodes;
+    result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, plain);
+    REQUIRE(result.all_ok());
+    CHECK(result.ranks[0].output.find("link probe") == std::string::npos);
+    CHECK(result.ranks[0].output.find("network 30 us, 1 GB/s") != std::string::npos);  // the defaults
+  }
+}
+
 // RxM sends larger messages by a handshake that, on a pair exchanging both ways, waits behind the other direction's
 // data (docs/cluster.md): between nodes the pipelines cut messages to its eager size, keeping the bytes in flight.
 TEST_CASE("between nodes over RxM, network messages fit its eager size unless HIERCOLL_CHUNK_BYTES is set",
@@ -150,6 +210,34 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
     CHECK(result.ranks[r].output.find("EXPECTED ERROR") != std::string::npos);
   }
   CHECK(count_segments() <= before);
+}
+
+TEST_CASE("a rank killed in a small one-node allreduce (run on the callers' threads) fails the others in time",
+          "[mp][errors][hier]") {
+  auto options =
+      loopback({{"HIERCOLL_TIMEOUT_MS", "3000"}, {"HIERCOLL_TEST_DIE_RANK", "2"}, {"HIERCOLL_TEST_DIE_COUNT", "2"}});
+  options.timeout = std::chrono::seconds(60);
+  auto start = std::chrono::steady_clock::now();
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"die"}, options);
+  INFO(result.report());
+  CHECK_FALSE(result.timed_out);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  CHECK(result.ranks[2].exit_code == -SIGKILL);
+  for (int r : {0, 1, 3}) {
+    const std::string& out = result.ranks[r].output;
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(out.find("EXPECTED ERROR [timeout]: allreduce(2 x float32) sum [hier] (rank " + std::to_string(r) +
+                   ") intra-node exchange: local rank 2 never reached this step") != std::string::npos);
+  }
+}
+
+TEST_CASE("small one-node allreduces equal the serial reference whether callers or the progress thread run them",
+          "[mp][allreduce]") {
+  std::string caller_thread = GENERATE(std::string("1"), std::string("0"));
+  INFO("HIERCOLL_CALLER_THREAD=" << caller_thread);
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"mixed-paths"}, loopback({{"HIERCOLL_CALLER_THREAD", caller_thread}}));
+  INFO(result.report());
+  CHECK(result.all_ok());
 }
 
 TEST_CASE("a rank that stops calling collectives is named by every other rank and by the flight records",

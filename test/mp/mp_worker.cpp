@@ -264,11 +264,13 @@ void run_mismatch(Communicator& comm) {
   }
 }
 
-// Rank HIERCOLL_TEST_DIE_RANK kills itself in the middle of a series of large allreduces; every other
-// rank must fail with an error within the timeout (never hang) and say which operation failed.
+// Rank HIERCOLL_TEST_DIE_RANK kills itself in the middle of a series of allreduces (of HIERCOLL_TEST_DIE_COUNT
+// floats, 4M by default); every other rank must fail with an error within the timeout (never hang) and say which
+// operation failed.
 void run_die(Communicator& comm) {
   int die_rank = std::atoi(std::getenv("HIERCOLL_TEST_DIE_RANK") ? std::getenv("HIERCOLL_TEST_DIE_RANK") : "1");
-  std::vector<float> data(4u << 20, 1.0f);
+  const char* count = std::getenv("HIERCOLL_TEST_DIE_COUNT");
+  std::vector<float> data(count ? std::strtoul(count, nullptr, 10) : 4u << 20, 1.0f);
   try {
     for (int i = 0; i < 50; ++i) {
       if (comm.rank() == die_rank && i == 3) raise(SIGKILL);
@@ -278,6 +280,44 @@ void run_die(Communicator& comm) {
     ++g_failures;
   } catch (const Error& e) {
     std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
+// Small one-node allreduces run on the caller's thread when the communicator has nothing queued, and on the progress
+// thread behind queued work otherwise; which one depends on each rank's own queue, so ranks mix the two within one
+// operation. Here every rank issues rounds of [a large allreduce, a small one, a broadcast (through the network
+// endpoint, whose tags count operations on both paths alike), a small one], waiting after the first operation on
+// alternate rounds and ranks, and checks every result against the serial reference.
+void run_mixed_paths(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const size_t big = 300000, small = 7;
+  for (int round = 0; round < 40; ++round) {
+    const uint32_t seed = static_cast<uint32_t>(1000 + round);
+    const DataType type = round % 3 == 0 ? DataType::kBFloat16 : DataType::kFloat32;
+    const ReduceOp op = round % 2 ? ReduceOp::kSum : ReduceOp::kMax;
+    Buffer big_in = make_input(r, big, type, op, seed), big_out(big * dtype_size(type));
+    Buffer small_a = make_input(r, small, type, op, seed + 1), small_b = make_input(r, small, type, op, seed + 2);
+    const int root = round % n;
+    Buffer cast =
+        r == root ? make_input(root, small, type, ReduceOp::kSum, seed + 3) : Buffer(small * dtype_size(type));
+    Work first = comm.allreduce(big_in.data(), big_out.data(), big, type, op);
+    if ((round + r) % 2 == 0) first.wait();
+    Work second = comm.allreduce(small_a.data(), small_a.data(), small, type, op);
+    Work third = comm.broadcast(cast.data(), cast.data(), small, type, root);
+    Work fourth = comm.allreduce(small_b.data(), small_b.data(), small, type, op);
+    for (const Work& w : {first, second, third, fourth}) w.wait();
+    const std::string what = "mixed round " + std::to_string(round);
+    for (size_t i = 0; i < big; ++i)
+      expect_equal(what + " large", type, op, big_out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
+    for (size_t i = 0; i < small; ++i) {
+      expect_equal(what + " small 1", type, op, small_a.data(), i,
+                   hiercoll::test::reference_value(n, i, type, op, seed + 1));
+      expect_equal(what + " small 2", type, op, small_b.data(), i,
+                   hiercoll::test::reference_value(n, i, type, op, seed + 2));
+    }
+    Buffer want = make_input(root, small, type, ReduceOp::kSum, seed + 3);
+    for (size_t i = 0; i < small; ++i)
+      expect_equal(what + " broadcast", type, ReduceOp::kSum, cast.data(), i, get(type, want.data(), i));
   }
 }
 
@@ -315,6 +355,13 @@ void run_layout(Communicator& comm) {
   const Layout& layout = comm.layout();
   std::printf("LAYOUT rank=%d node=%d local_rank=%d local_size=%d nodes=%d algo64M=%s\n", comm.rank(), layout.node,
               layout.local_rank, layout.local_size, layout.node_count, comm.allreduce_algorithm(64 << 20).c_str());
+}
+
+// The allreduce algorithm this rank chooses at sizes 8 B x 8^k up to 128 MB, on one line.
+void run_choices(Communicator& comm) {
+  std::string line = "CHOICES";
+  for (size_t bytes = 8; bytes <= (128u << 20); bytes *= 8) line += " " + comm.allreduce_algorithm(bytes);
+  std::printf("%s\n", line.c_str());
 }
 
 // With the mismatch check on, ranks that call different collectives all get a clear error.
@@ -603,11 +650,13 @@ int main(int argc, char** argv) {
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
     else if (scenario == "hang") run_hang(comm);
+    else if (scenario == "mixed-paths") run_mixed_paths(comm);
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);
     else if (scenario == "soak") run_soak(comm);
     else if (scenario == "bucketer") run_bucketer(comm);
     else if (scenario == "layout") run_layout(comm);
+    else if (scenario == "choices") run_choices(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
