@@ -98,7 +98,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   sources.resize(static_cast<size_t>(L));
 
   if (one_shot_allreduce(h, m, count * elem)) {
-    return allreduce_one_shot(m, issue.wait("intra-node exchange"), in, out, count, type, op, world);
+    return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, world);
   }
   const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
   const device::WaitContext published_wait = issue.wait("intra-node allgather");

@@ -79,6 +79,9 @@ struct Hierarchy {
   BackgroundWorker* network = nullptr;    ///< runs the inter-node phase beside the intra-node phases
 };
 
+/// The one flag round's name in errors ("<operation> intra-node exchange: local rank 2 never reached ...").
+inline constexpr const char* kOneShotPhase = "intra-node exchange";
+
 /// Whether the hierarchical allreduce of `bytes` is one flag round in peer memory: one node, and small enough.
 /// It then uses no network endpoint and no helper thread.
 inline bool one_shot_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {

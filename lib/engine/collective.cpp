@@ -200,7 +200,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   Work work;  // finished: a Work without state
   if (failure) {
     const std::string what = describe(c, algorithm, false) + " (rank " + std::to_string(rank_) + ")";
-    failure->message = what + " intra-node exchange" + failure->message;
+    failure->message = what + " " + algo::kOneShotPhase + failure->message;
     on_collective_failure(*failure);
     break_on(what, failure->message);
     auto state = std::make_shared<WorkState>();
