@@ -160,7 +160,9 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> stor
         return hiercoll::Communicator::create(std::move(store), rank, size, options);
       }()) {}
 
-ProcessGroupHiercoll::~ProcessGroupHiercoll() = default;
+ProcessGroupHiercoll::~ProcessGroupHiercoll() {
+  if (barrier_failed_) comm_.abort();
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, std::vector<hiercoll::Work> works,
                                                             std::vector<at::Tensor> outputs, CallTensors tensors) {
@@ -692,7 +694,10 @@ c10d::ErrorType ProcessGroupHiercoll::getError() {
 void ProcessGroupHiercoll::abort() { comm_.abort(); }
 
 // A clean end: every issued call completes first (the communicator closes when the group is destroyed).
-void ProcessGroupHiercoll::shutdown() { completion_.drain(); }
+void ProcessGroupHiercoll::shutdown() {
+  if (barrier_failed_) comm_.abort();
+  completion_.drain();
+}
 #endif
 
 void ProcessGroupHiercoll::setSequenceNumberForGroup() {}  // every rank starts at 0: nothing to agree on
@@ -731,8 +736,10 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
 
   if (rank_ != 0) {
     for (auto& work : works) {
-      TORCH_CHECK(work.wait_for(left()) && !work.error(), "hiercoll monitored_barrier: rank ", rank_,
-                  " was not released by rank 0 within ", timeout.count(), " ms");
+      if (work.wait_for(left()) && !work.error()) continue;
+      barrier_failed_ = true;
+      TORCH_CHECK(false, "hiercoll monitored_barrier: rank ", rank_, " was not released by rank 0 within ",
+                  timeout.count(), " ms");
     }
     return;
   }
@@ -742,6 +749,7 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     if (!arrival.wait_for(left()) || arrival.error()) missing.push_back(peer);
   }
   if (!missing.empty()) {
+    barrier_failed_ = true;
     std::string ranks;
     for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     TORCH_CHECK(false, "hiercoll monitored_barrier: rank", missing.size() > 1 ? "s " : " ", ranks,
@@ -757,8 +765,10 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     }
   });
   for (size_t i = 0; i < releases.size(); ++i) {
-    TORCH_CHECK(releases[i].wait_for(left()) && !releases[i].error(), "hiercoll monitored_barrier: rank ", i + 1,
-                " did not take its release within ", timeout.count(), " ms");
+    if (releases[i].wait_for(left()) && !releases[i].error()) continue;
+    barrier_failed_ = true;
+    TORCH_CHECK(false, "hiercoll monitored_barrier: rank ", i + 1, " did not take its release within ",
+                timeout.count(), " ms");
   }
 }
 

@@ -122,6 +122,9 @@ class ProcessGroupHiercoll : public compat::BackendBase {
 
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
+  // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
+  // abort instead of waiting the group's whole timeout for them.
+  std::atomic<bool> barrier_failed_{false};
   bool coalescing_ = false;
   std::vector<CompletionThread::Pending> coalesced_;  // the calls since startCoalescing
   hiercoll::Communicator comm_;

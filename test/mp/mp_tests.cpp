@@ -30,7 +30,7 @@ LaunchOptions loopback(std::map<std::string, std::string> extra = {}) {
 
 }  // namespace
 
-TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][allreduce]") {
+TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][allreduce][quick]") {
   int ranks = GENERATE(1, 2, 3, 4, 5);
   std::string algo = GENERATE(std::string("auto"), std::string("ring"), std::string("rd"));
   if (ranks == 1 && algo != "auto") return;
@@ -67,7 +67,7 @@ TEST_CASE("hierarchical allreduce equals the serial reference on emulated node l
 
 // The device path's flow on host memory: the inter-node phase works on staging buffers, copied out after the
 // intra-node reduce-scatter and back before the allgather (allreduce_hier's `network_staging`).
-TEST_CASE("hierarchical allreduce through network staging buffers equals the serial reference", "[mp][hier]") {
+TEST_CASE("hierarchical allreduce through network staging buffers equals the serial reference", "[mp][hier][quick]") {
   auto shape = GENERATE(Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}});
   std::string algo = GENERATE(std::string("hier"), std::string("sharded"));
   auto options = loopback({{"HIERCOLL_ALGO", algo},
@@ -125,7 +125,7 @@ TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]"
   }
 }
 
-TEST_CASE("HIERCOLL_NET_* set in the environment win over the link probe; one node or a probe of 0 bytes: none",
+TEST_CASE("network figures set in the environment win over the link probe, which one node or a 0-byte probe skips",
           "[mp][hier]") {
   auto options =
       loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", "1M"}, {"HIERCOLL_NET_BW_GBPS", "7"}});
@@ -213,7 +213,7 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
 }
 
 TEST_CASE("a rank killed in a small one-node allreduce (run on the callers' threads) fails the others in time",
-          "[mp][errors][hier]") {
+          "[mp][errors][hier][quick]") {
   auto options =
       loopback({{"HIERCOLL_TIMEOUT_MS", "3000"}, {"HIERCOLL_TEST_DIE_RANK", "2"}, {"HIERCOLL_TEST_DIE_COUNT", "2"}});
   options.timeout = std::chrono::seconds(60);
@@ -271,7 +271,7 @@ TEST_CASE("a rank that stops calling collectives is named by every other rank an
   std::system(("rm -rf " + dir).c_str());
 }
 
-TEST_CASE("the other collectives equal the serial reference", "[mp][collectives]") {
+TEST_CASE("the other collectives equal the serial reference", "[mp][collectives][quick]") {
   int ranks = GENERATE(1, 2, 3, 4, 5);
   INFO("ranks " << ranks);
   auto result = launch(ranks, HIERCOLL_MP_WORKER, {"collectives"}, loopback({{"HIERCOLL_CHUNK_BYTES", "16K"}}));
@@ -291,7 +291,7 @@ TEST_CASE("the other collectives equal the serial reference through shared memor
   CHECK(result.all_ok());
 }
 
-TEST_CASE("the TCP store bootstraps a communicator", "[mp][store]") {
+TEST_CASE("the TCP store bootstraps a communicator", "[mp][store][quick]") {
   auto options = loopback();
   options.tcp_store = true;
   auto result = launch(4, HIERCOLL_MP_WORKER, {"hello"}, options);
@@ -299,7 +299,7 @@ TEST_CASE("the TCP store bootstraps a communicator", "[mp][store]") {
   CHECK(result.all_ok());
 }
 
-TEST_CASE("bad input gives clear errors and leaves the communicator usable", "[mp][errors]") {
+TEST_CASE("bad input gives clear errors and leaves the communicator usable", "[mp][errors][quick]") {
   auto result = launch(3, HIERCOLL_MP_WORKER, {"errors"}, loopback());
   INFO(result.report());
   CHECK(result.all_ok());
@@ -327,7 +327,7 @@ void expect_timeouts_without_rank_3(LaunchOptions options, const std::string& ca
   }
 }
 
-TEST_CASE("a rank that never arrives is named in a timeout", "[mp][errors]") {
+TEST_CASE("a rank that never arrives is named in a timeout", "[mp][errors][quick]") {
   auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "3000"}});
   options.launch_only = 3;  // rank 3 of 4 never starts
   expect_timeouts_without_rank_3(options, "rank(s) 3 of 4 never arrived");
@@ -379,7 +379,8 @@ TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][so
   std::printf("%s", result.ranks[0].output.c_str());
 }
 
-TEST_CASE("gradient bucketing equals unbucketed allreduce, overlaps, and rebuilds by ready order", "[mp][bucketer]") {
+TEST_CASE("gradient bucketing equals unbucketed allreduce, overlaps, and rebuilds by ready order",
+          "[mp][bucketer][quick]") {
   int ranks = GENERATE(1, 2, 3);
   auto result = launch(ranks, HIERCOLL_MP_WORKER, {"bucketer"}, loopback());
   INFO(result.report());

@@ -1,8 +1,13 @@
 """Starts one Python process per rank with torch's env:// rendezvous and collects their results."""
+import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,9 +35,112 @@ def base_env(extra=None):
     return env
 
 
+# Variables torch or its libraries read while loading: a run that sets its own cannot use the zygote, whose children
+# inherit torch already loaded under the zygote's environment.
+_LOAD_TIME_PREFIXES = ("OMP_", "MKL_", "KMP_", "TORCH_", "PYTORCH_", "CUDA_", "LD_", "PYTHON")
+
+
+class Zygote:
+    """One zygote.py process; spawn() forks a rank from it, wait() collects its exit code."""
+
+    def __init__(self):
+        self.env = base_env()
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "zygote.py")], env=self.env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.pending = b""
+        self.exited = {}
+
+    def usable_for(self, env):
+        return self.proc.poll() is None and all(
+            env.get(k) == self.env.get(k) for k in set(env) | set(self.env) if k.startswith(_LOAD_TIME_PREFIXES))
+
+    def _message(self, deadline=None):
+        """The zygote's next message, or None once `deadline` (time.monotonic()) has passed."""
+        while b"\n" not in self.pending:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.proc.stdout], [], [], wait)[0]:
+                return None
+            data = os.read(self.proc.stdout.fileno(), 65536)
+            if not data:
+                raise RuntimeError(f"the test zygote exited ({self.proc.wait()})")
+            self.pending += data
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def spawn(self, script, args, env, stdout, stderr):
+        request = {"script": script, "args": list(args), "env": env, "stdout": stdout, "stderr": stderr}
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        while True:
+            message = self._message()
+            if "pid" in message:
+                return message["pid"]
+            self.exited[message["exited"]] = message["returncode"]
+
+    def wait(self, pid, deadline):
+        """The child's exit code, or None if it is still running at `deadline`."""
+        while pid not in self.exited:
+            message = self._message(deadline)
+            if message is None:
+                return None
+            if "exited" in message:
+                self.exited[message["exited"]] = message["returncode"]
+        return self.exited.pop(pid)
+
+
+_zygote = None
+
+
+def _get_zygote(env):
+    """The shared zygote, started on first use; None where a run cannot use it (HIERCOLL_TEST_ZYGOTE=0 turns it off)."""
+    global _zygote
+    if os.environ.get("HIERCOLL_TEST_ZYGOTE", "1") == "0":
+        return None
+    if _zygote is None or _zygote.proc.poll() is not None:
+        _zygote = Zygote()
+    return _zygote if _zygote.usable_for(env) else None
+
+
 def run_ranks(size, script, args=(), env=None, timeout=240):
-    """Runs `script` on `size` ranks; returns each rank's stdout. Fails naming the ranks that failed."""
+    """Runs `script` on `size` ranks; returns each rank's stdout. Fails naming the ranks that failed.
+    Ranks are forked from the zygote (torch already imported) where the run's environment allows it."""
     env = base_env(env)
+    zygote = _get_zygote(env)
+    if zygote is None:
+        return _run_ranks_spawned(size, script, args, env, timeout)
+    path = os.path.join(HERE, script)
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="hiercoll-ranks-") as logs:
+        pids = []
+        for rank in range(size):
+            rank_env = dict(env, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
+            out, err = (os.path.join(logs, f"{rank}.{kind}") for kind in ("out", "err"))
+            pids.append((zygote.spawn(path, [str(a) for a in args], rank_env, out, err), out, err))
+        codes = [zygote.wait(pid, deadline) for pid, _, _ in pids]
+        if None in codes:  # past the timeout: end every rank still running, as the spawned path does
+            for (pid, _, _), code in zip(pids, codes):
+                if code is None:
+                    os.kill(pid, signal.SIGKILL)
+            codes = [zygote.wait(pid, None) if code is None else code for (pid, _, _), code in zip(pids, codes)]
+            timed_out = True
+        else:
+            timed_out = False
+        outputs, failures = [], []
+        for rank, ((_, out, err), code) in enumerate(zip(pids, codes)):
+            with open(out) as f:
+                outputs.append(f.read())
+            with open(err) as f:
+                error = f.read()
+            if timed_out and code == -signal.SIGKILL:
+                failures.append(f"rank {rank} did not finish in {timeout} s\n{error[-3000:]}")
+            elif code != 0:
+                failures.append(f"rank {rank} exited with {code}\n{error[-3000:]}")
+    assert not failures, "\n".join(failures)
+    return outputs
+
+
+def _run_ranks_spawned(size, script, args, env, timeout):
+    """run_ranks with one new interpreter per rank."""
     procs = []
     for rank in range(size):
         rank_env = dict(env, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
