@@ -30,7 +30,7 @@ LaunchOptions loopback(std::map<std::string, std::string> extra = {}) {
 
 }  // namespace
 
-TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][allreduce][quick]") {
+TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][allreduce][quick][slow]") {
   int ranks = GENERATE(1, 2, 3, 4, 5);
   std::string algo = GENERATE(std::string("auto"), std::string("ring"), std::string("rd"));
   if (ranks == 1 && algo != "auto") return;
@@ -51,7 +51,7 @@ struct Shape {
 
 // `sharded`: the sharded reduction servers in the inter-node phase, or over all ranks where the layout has no node
 // structure to use (irregular, one rank per node).
-TEST_CASE("hierarchical allreduce equals the serial reference on emulated node layouts", "[mp][hier]") {
+TEST_CASE("hierarchical allreduce equals the serial reference on emulated node layouts", "[mp][hier][slow]") {
   std::string algo = GENERATE(std::string("hier"), std::string("sharded"));
   auto shape = GENERATE(Shape{"1x4", {0, 0, 0, 0}}, Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}},
                         Shape{"2x3", {0, 0, 0, 1, 1, 1}}, Shape{"4x1", {0, 1, 2, 3}}, Shape{"irregular 2+1", {0, 0, 1}},
@@ -67,7 +67,8 @@ TEST_CASE("hierarchical allreduce equals the serial reference on emulated node l
 
 // The device path's flow on host memory: the inter-node phase works on staging buffers, copied out after the
 // intra-node reduce-scatter and back before the allgather (allreduce_hier's `network_staging`).
-TEST_CASE("hierarchical allreduce through network staging buffers equals the serial reference", "[mp][hier][quick]") {
+TEST_CASE("hierarchical allreduce through network staging buffers equals the serial reference",
+          "[mp][hier][quick][slow]") {
   auto shape = GENERATE(Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x2", {0, 0, 1, 1, 2, 2}});
   std::string algo = GENERATE(std::string("hier"), std::string("sharded"));
   auto options = loopback({{"HIERCOLL_ALGO", algo},
@@ -193,7 +194,7 @@ int count_segments() {
 }  // namespace
 
 TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves no shared memory",
-          "[mp][errors][hier]") {
+          "[mp][errors][hier][slow]") {
   std::string algo = GENERATE(std::string("ring"), std::string("hier"), std::string("sharded"));
   int before = count_segments();
   auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "4000"}, {"HIERCOLL_ALGO", algo}, {"HIERCOLL_TEST_DIE_RANK", "1"}});
@@ -305,7 +306,7 @@ TEST_CASE("bad input gives clear errors and leaves the communicator usable", "[m
   CHECK(result.all_ok());
 }
 
-TEST_CASE("ranks that disagree on the count all get an error, none hangs", "[mp][errors]") {
+TEST_CASE("ranks that disagree on the count all get an error, none hangs", "[mp][errors][slow]") {
   int ranks = GENERATE(2, 3);
   std::string algo = GENERATE(std::string("ring"), std::string("rd"), std::string("hier"));
   auto result = launch(ranks, HIERCOLL_MP_WORKER, {"mismatch"},
@@ -415,7 +416,7 @@ bool names_rank(const std::string& text, int rank) {
 // must make every survivor raise TimeoutError or RemoteError naming it, within the timeout, with no thread,
 // descriptor or shared-memory segment left behind (test/mp/startup_worker.cpp).
 TEST_CASE("a rank killed at each start-up step is named by every survivor, which leaks nothing",
-          "[mp][errors][startup]") {
+          "[mp][errors][startup][slow]") {
   auto options = loopback();       // the clean run: a generous timeout, sanitizers slow start-up
   options.node_of = {0, 0, 1, 1};  // node 1's shared memory is made by rank 2 and attached by rank 3
   options.timeout = std::chrono::seconds(120);
