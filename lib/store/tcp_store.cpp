@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
 #include "store/socket.hpp"
@@ -37,9 +38,21 @@ uint64_t get_u64(const uint8_t* p) {
 }
 uint32_t get_u32(const uint8_t* p) { return static_cast<uint32_t>(get_u64(p) & 0xffffffffu); }
 
+// What one client can make the server hold. Real keys and values are a few hundred bytes (addresses, counters,
+// torch's rendezvous); a frame beyond these limits is corrupt or hostile and drops that client, never the server.
+constexpr uint64_t kMaxKeyBytes = 64u << 10;
+constexpr uint64_t kMaxValueBytes = 64u << 20;
+constexpr size_t kMaxUnreadReplyBytes = 256u << 20;  // replies a client has not read yet
+constexpr size_t kHeaderBytes = 13;                  // u8 command, u32 key length, u64 value length
+
 std::vector<uint8_t> encode_request(Command cmd, const std::string& key, const Store::Bytes& value) {
+  if (key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes) {
+    throw InvalidUsageError("store: key of " + std::to_string(key.size()) + " bytes, value of " +
+                            std::to_string(value.size()) + " bytes: the TCP store takes keys up to " +
+                            std::to_string(kMaxKeyBytes) + " and values up to " + std::to_string(kMaxValueBytes));
+  }
   std::vector<uint8_t> out;
-  out.reserve(13 + key.size() + value.size());
+  out.reserve(kHeaderBytes + key.size() + value.size());
   out.push_back(cmd);
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(key.size() >> (8 * i)));
   out.insert(out.end(), key.begin(), key.end());
@@ -67,6 +80,8 @@ class StoreServer {
   struct Client {
     Socket socket;
     std::vector<uint8_t> input;
+    std::vector<uint8_t> output;  // replies not yet taken by the client: the server never blocks on a send
+    std::string broken;           // why it is to be dropped, once the current round of events is over
   };
 
   void run() {
@@ -75,7 +90,9 @@ class StoreServer {
       fds.clear();
       fds.push_back({wake_[0], POLLIN, 0});
       fds.push_back({listener_.fd(), POLLIN, 0});
-      for (auto& [fd, client] : clients_) fds.push_back({fd, POLLIN, 0});
+      for (auto& [fd, client] : clients_) {
+        fds.push_back({fd, static_cast<short>(POLLIN | (client.output.empty() ? 0 : POLLOUT)), 0});
+      }
       if (::poll(fds.data(), fds.size(), -1) < 0) continue;
       if (fds[0].revents) return;
       if (fds[1].revents & POLLIN) {
@@ -84,65 +101,114 @@ class StoreServer {
       }
       for (size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        if (!serve(fds[i].fd)) drop(fds[i].fd);
+        Client& client = clients_[fds[i].fd];
+        // Whatever a client sends ends with that client: nothing it can send may end the server thread.
+        try {
+          if (fds[i].revents & POLLOUT) flush(client);
+          if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) serve(client);
+        } catch (const std::exception& e) {
+          client.broken = e.what();
+        }
+      }
+      for (auto it = clients_.begin(); it != clients_.end();) {
+        if (it->second.broken.empty()) {
+          ++it;
+          continue;
+        }
+        if (it->second.broken != "closed") {
+          HIERCOLL_LOG(kWarn, "store: dropped a client: " << it->second.broken);
+        }
+        forget_waiter(it->first);
+        it = clients_.erase(it);
       }
     }
   }
 
-  void drop(int fd) {
+  void forget_waiter(int fd) {
     for (auto& [key, waiters] : waiting_) {
       for (auto it = waiters.begin(); it != waiters.end();) it = (*it == fd) ? waiters.erase(it) : it + 1;
     }
-    clients_.erase(fd);
   }
 
-  // Reads what arrived from one client and answers every complete request. False: drop the client.
-  bool serve(int fd) {
-    Client& client = clients_[fd];
+  // Reads what arrived from one client and answers every complete request.
+  void serve(Client& client) {
     uint8_t buffer[65536];
-    ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (n <= 0) return n < 0 && (errno == EAGAIN || errno == EINTR);
-    client.input.insert(client.input.end(), buffer, buffer + n);
-    size_t used = 0;
+    ssize_t n = ::recv(client.socket.fd(), buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      client.broken = "closed";
+      return;
+    }
+    if (n < 0) return;
     auto& in = client.input;
-    while (in.size() - used >= 13) {
+    in.insert(in.end(), buffer, buffer + n);
+    size_t used = 0;
+    while (in.size() - used >= kHeaderBytes) {
       const uint8_t* p = in.data() + used;
-      uint32_t key_len = get_u32(p + 1);
-      if (in.size() - used < 5 + key_len + 8) break;
-      uint64_t value_len = get_u64(p + 5 + key_len);
-      size_t total = 13 + key_len + value_len;
+      const uint64_t key_len = get_u32(p + 1);
+      if (key_len > kMaxKeyBytes) {
+        throw InvalidUsageError("store: a key of " + std::to_string(key_len) + " bytes (at most " +
+                                std::to_string(kMaxKeyBytes) + ")");
+      }
+      if (in.size() - used < kHeaderBytes + key_len) break;
+      const uint64_t value_len = get_u64(p + 5 + key_len);
+      if (value_len > kMaxValueBytes) {
+        throw InvalidUsageError("store: a value of " + std::to_string(value_len) + " bytes (at most " +
+                                std::to_string(kMaxValueBytes) + ")");
+      }
+      const size_t total = kHeaderBytes + key_len + value_len;  // both bounded above: no overflow
       if (in.size() - used < total) break;
       std::string key(reinterpret_cast<const char*>(p + 5), key_len);
-      Store::Bytes value(p + 13 + key_len, p + total);
+      Store::Bytes value(p + kHeaderBytes + key_len, p + total);
       used += total;
-      try {
-        handle(client, static_cast<Command>(p[0]), key, std::move(value));
-      } catch (const Error&) {
-        return false;
-      }
+      handle(client, p[0], key, std::move(value));
     }
     in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(used));
-    return true;
   }
 
-  void reply_value(Socket& socket, const Store::Bytes& value) {
+  // Queues `bytes` for the client and sends what its socket takes now; the rest goes when poll says it can.
+  void send(Client& client, const uint8_t* bytes, size_t size) {
+    client.output.insert(client.output.end(), bytes, bytes + size);
+    if (client.output.size() > kMaxUnreadReplyBytes) {
+      client.broken = "it left " + std::to_string(client.output.size()) + " bytes of replies unread";
+      return;
+    }
+    flush(client);
+  }
+
+  void flush(Client& client) {
+    size_t sent = 0;
+    while (sent < client.output.size()) {
+      ssize_t n = ::send(client.socket.fd(), client.output.data() + sent, client.output.size() - sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0) {
+        client.broken = "closed";
+        break;
+      }
+      sent += static_cast<size_t>(n);
+    }
+    client.output.erase(client.output.begin(), client.output.begin() + static_cast<std::ptrdiff_t>(sent));
+  }
+
+  void reply_value(Client& client, const Store::Bytes& value) {
     std::vector<uint8_t> out;
     put_u64(out, value.size());
     out.insert(out.end(), value.begin(), value.end());
-    socket.send_all(out.data(), out.size());
+    send(client, out.data(), out.size());
   }
 
-  void handle(Client& client, Command cmd, const std::string& key, Store::Bytes value) {
-    switch (cmd) {
+  void handle(Client& client, uint8_t command, const std::string& key, Store::Bytes value) {
+    switch (command) {
       case kSet: {
         data_[key] = std::move(value);
         uint8_t ack = 1;
-        client.socket.send_all(&ack, 1);
+        send(client, &ack, 1);
         auto it = waiting_.find(key);
         if (it != waiting_.end()) {
           for (int fd : it->second) {
             auto c = clients_.find(fd);
-            if (c != clients_.end()) reply_value(c->second.socket, data_[key]);
+            if (c != clients_.end()) reply_value(c->second, data_[key]);
           }
           waiting_.erase(it);
         }
@@ -153,26 +219,29 @@ class StoreServer {
         if (it == data_.end()) {
           waiting_[key].push_back(client.socket.fd());
         } else {
-          reply_value(client.socket, it->second);
+          reply_value(client, it->second);
         }
         break;
       }
       case kAdd: {
+        if (value.size() != 8) {
+          throw InvalidUsageError("store: ADD with a value of " + std::to_string(value.size()) + " bytes, not 8");
+        }
         int64_t delta = static_cast<int64_t>(get_u64(value.data()));
         auto& stored = data_[key];
         int64_t current = stored.size() == 8 ? static_cast<int64_t>(get_u64(stored.data())) : 0;
-        current += delta;
+        current = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));  // wraps
         stored.clear();
         put_u64(stored, static_cast<uint64_t>(current));
-        client.socket.send_all(stored.data(), 8);
+        send(client, stored.data(), 8);
         break;
       }
       case kCheck: {
         uint8_t present = data_.count(key) ? 1 : 0;
-        client.socket.send_all(&present, 1);
+        send(client, &present, 1);
         break;
       }
-      default: throw InvalidUsageError("store: unknown command");
+      default: throw InvalidUsageError("store: unknown command " + std::to_string(command));
     }
   }
 

@@ -1,10 +1,16 @@
 #include "hiercoll/store.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -100,4 +106,94 @@ TEST_CASE("store URLs are parsed or refused clearly", "[store]") {
   CHECK_THROWS_WITH(open_store("udp://x:1", 0), Catch::Contains("neither tcp://"));
   CHECK_THROWS_WITH(open_store("tcp://localhost", 0), Catch::Contains("lacks a port"));
   CHECK_THROWS_WITH(open_store("tcp://localhost:99999", 0), Catch::Contains("no valid port"));
+}
+
+namespace {
+// A raw TCP connection to the store server, for frames no TcpStore client would send.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    REQUIRE(fd_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  }
+  ~RawClient() { ::close(fd_); }
+  void send(const std::vector<uint8_t>& bytes) {
+    REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  }
+  // True if the server closed the connection within `timeout` (reading and discarding any replies).
+  bool closed_by_server(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    uint8_t buffer[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 50) <= 0) continue;
+      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    }
+    return false;
+  }
+
+ private:
+  int fd_;
+};
+
+std::vector<uint8_t> frame(uint8_t command, uint32_t key_len, const std::string& key, uint64_t value_len,
+                           const std::vector<uint8_t>& value) {
+  std::vector<uint8_t> out{command};
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(key_len >> (8 * i)));
+  out.insert(out.end(), key.begin(), key.end());
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(value_len >> (8 * i)));
+  out.insert(out.end(), value.begin(), value.end());
+  return out;
+}
+}  // namespace
+
+// Nothing a client sends can end the server: a corrupt or hostile frame drops that connection (with a warning) and
+// every other client keeps its store. The first frame is the 13 bytes that used to abort the whole job: a SET whose
+// value length, added to the header, wrapped around.
+TEST_CASE("hostile frames drop their connection and leave the TCP store serving", "[store]") {
+  TcpStore server("127.0.0.1", 0, true, 10s);
+  TcpStore client("127.0.0.1", server.port(), false, 10s);
+  client.set("kept", std::string("intact"));
+  const std::vector<std::pair<const char*, std::vector<uint8_t>>> hostile = {
+      {"value length 2^64-8", frame(1, 0, "", ~uint64_t{7}, {})},
+      {"key length 2^32-1", frame(1, 0xffffffffu, "", 0, {})},
+      {"value of 1 GiB announced", frame(1, 1, "k", uint64_t{1} << 30, {})},
+      {"ADD of a 3-byte value", frame(3, 1, "n", 3, {1, 2, 3})},
+      {"unknown command", frame(9, 1, "k", 0, {})},
+  };
+  for (const auto& [what, bytes] : hostile) {
+    INFO(what);
+    RawClient raw(server.port());
+    raw.send(bytes);
+    CHECK(raw.closed_by_server(5s));
+    CHECK(client.get_string("kept") == "intact");
+  }
+
+  // Thousands of random and mutated frames over many connections; then the store still answers, unchanged.
+  std::mt19937 rng(1234);
+  std::vector<uint8_t> valid = frame(1, 3, "abc", 4, {1, 2, 3, 4});
+  for (int connection = 0; connection < 50; ++connection) {
+    RawClient raw(server.port());
+    std::vector<uint8_t> bytes;
+    for (int i = 0; i < 100; ++i) {
+      std::vector<uint8_t> f = valid;
+      if (i % 2 == 0) {
+        f.resize(rng() % 40);
+        for (auto& b : f) b = static_cast<uint8_t>(rng());
+      } else {
+        f[rng() % f.size()] = static_cast<uint8_t>(rng());
+      }
+      bytes.insert(bytes.end(), f.begin(), f.end());
+    }
+    raw.send(bytes);
+  }
+  CHECK(client.get_string("kept") == "intact");
+  client.set("after", std::string("fuzz"));
+  TcpStore late("127.0.0.1", server.port(), false, 10s);
+  CHECK(late.get_string("after") == "fuzz");
 }
