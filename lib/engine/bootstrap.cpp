@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 
 #include "base/env.hpp"
 #include "base/log.hpp"
@@ -22,7 +23,9 @@ const std::string kJobStorePrefix = "file:///tmp/hiercoll-store-";
 
 int first_int(std::initializer_list<const char*> names, const char* what) {
   for (const char* name : names) {
-    if (base::env_string(name)) return static_cast<int>(base::env_int(name, -1));
+    if (base::env_string(name)) {
+      return static_cast<int>(base::env_int_in(name, -1, 0, std::numeric_limits<int>::max()));
+    }
   }
   std::string tried;
   for (const char* name : names) tried += std::string(tried.empty() ? "" : ", ") + name;
@@ -39,7 +42,7 @@ std::optional<std::string> slurm_address() {
   if (!job || !nodes) return std::nullopt;
   auto host = launch::first_host_of(*nodes);
   if (!host) throw InvalidUsageError("rendezvous_from_env: cannot read Slurm's node list '" + *nodes + "'");
-  int64_t port = base::env_int("MASTER_PORT", 20000 + std::atoll(job->c_str()) % 20000);
+  int64_t port = base::env_int_in("MASTER_PORT", 20000 + std::atoll(job->c_str()) % 20000, 1, 65535);
   return *host + ":" + std::to_string(port);
 }
 

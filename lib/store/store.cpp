@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -167,8 +168,11 @@ std::shared_ptr<Store> open_store(const std::string& url, int rank, std::chrono:
     if (colon == std::string::npos) throw InvalidUsageError("store URL '" + url + "' lacks a port (tcp://host:port)");
     std::string host = rest.substr(0, colon);
     if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    int port = std::atoi(rest.substr(colon + 1).c_str());
-    if (port <= 0 || port > 65535) throw InvalidUsageError("store URL '" + url + "' has no valid port");
+    const std::string digits = rest.substr(colon + 1);
+    const bool numeric = !digits.empty() && digits.size() <= 5 &&
+                         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int port = numeric ? std::stoi(digits) : 0;
+    if (port <= 0 || port > 65535) throw InvalidUsageError("store URL '" + url + "' has no valid port (1-65535)");
     return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), rank == 0, timeout);
   }
   if (url.rfind("file://", 0) == 0) return std::make_shared<FileStore>(url.substr(7), timeout);

@@ -26,3 +26,19 @@ TEST_CASE("integer knobs fall back when unset and name themselves when malformed
   CHECK_THROWS_WITH(base::env_int("HIERCOLL_TEST_KNOB", 7), Catch::Contains("HIERCOLL_TEST_KNOB"));
   unsetenv("HIERCOLL_TEST_KNOB");
 }
+
+TEST_CASE("integers and byte counts out of range are refused, not wrapped or narrowed", "[env]") {
+  setenv("HIERCOLL_TEST_KNOB", "99999999999999999999", 1);
+  CHECK_THROWS_WITH(base::env_int("HIERCOLL_TEST_KNOB", 7), Catch::Contains("out of range"));
+  setenv("HIERCOLL_TEST_KNOB", "4294967296", 1);  // an int64 that an int would wrap to 0
+  CHECK(base::env_int("HIERCOLL_TEST_KNOB", 7) == 4294967296);
+  CHECK_THROWS_WITH(base::env_int_in("HIERCOLL_TEST_KNOB", 7, 0, 2147483647),
+                    Catch::Contains("HIERCOLL_TEST_KNOB=4294967296 is out of range (0 to 2147483647)"));
+  setenv("HIERCOLL_TEST_KNOB", "-1", 1);
+  CHECK_THROWS_AS(base::env_int_in("HIERCOLL_TEST_KNOB", 7, 0, 10), InvalidUsageError);
+  unsetenv("HIERCOLL_TEST_KNOB");
+  CHECK(base::env_int_in("HIERCOLL_TEST_KNOB", 7, 0, 10) == 7);
+  CHECK_THROWS_WITH(base::parse_bytes("17179869184G", "X"), Catch::Contains("out of range"));  // 2^64 bytes
+  CHECK_THROWS_WITH(base::parse_bytes("99999999999999999999", "X"), Catch::Contains("out of range"));
+  CHECK(base::parse_bytes("17179869183G", "X") == 17179869183ull << 30);
+}

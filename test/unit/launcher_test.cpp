@@ -104,3 +104,15 @@ TEST_CASE("without any launcher the error names what to set", "[launch]") {
   ScopedEnv no_size(Vars{{"WORLD_SIZE", ""}});
   CHECK_THROWS_WITH(rendezvous_from_env(std::chrono::seconds(1)), Catch::Contains("no world size"));
 }
+
+TEST_CASE("a rank or world size that does not fit an int is refused, not narrowed", "[launch]") {
+  auto values = clean_launcher_env();
+  values.insert_or_assign("RANK", "4294967296");  // an int would make it rank 0
+  values.insert_or_assign("WORLD_SIZE", "2");
+  values.insert_or_assign("HIERCOLL_STORE", "file:///tmp/hiercoll-unused-store");
+  ScopedEnv env(values);
+  CHECK_THROWS_WITH(rendezvous_from_env(std::chrono::seconds(1)),
+                    Catch::Contains("RANK=4294967296 is out of range (0 to 2147483647)"));
+  ScopedEnv size(Vars{{"RANK", "0"}, {"WORLD_SIZE", "-2"}});
+  CHECK_THROWS_WITH(rendezvous_from_env(std::chrono::seconds(1)), Catch::Contains("WORLD_SIZE=-2 is out of range"));
+}

@@ -106,6 +106,9 @@ TEST_CASE("store URLs are parsed or refused clearly", "[store]") {
   CHECK_THROWS_WITH(open_store("udp://x:1", 0), Catch::Contains("neither tcp://"));
   CHECK_THROWS_WITH(open_store("tcp://localhost", 0), Catch::Contains("lacks a port"));
   CHECK_THROWS_WITH(open_store("tcp://localhost:99999", 0), Catch::Contains("no valid port"));
+  CHECK_THROWS_WITH(open_store("tcp://localhost:29500x", 0), Catch::Contains("no valid port"));  // atoi took 29500
+  CHECK_THROWS_WITH(open_store("tcp://localhost:-1", 0), Catch::Contains("no valid port"));
+  CHECK_THROWS_WITH(open_store("tcp://localhost:4294996796", 0), Catch::Contains("no valid port"));
 }
 
 namespace {
