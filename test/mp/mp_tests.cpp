@@ -16,6 +16,7 @@
 
 using hiercoll::test::launch;
 using hiercoll::test::LaunchOptions;
+using hiercoll::test::LaunchResult;
 
 namespace {
 
@@ -183,20 +184,36 @@ TEST_CASE("between nodes over RxM, network messages fit its eager size unless HI
 }
 
 namespace {
-int count_segments() {
-  int count = 0;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* entry = readdir(dir)) count += std::string(entry->d_name).rfind("hiercoll-", 0) == 0;
-    closedir(dir);
+// The hiercoll segments in /dev/shm created by the given launches' ranks (a segment's name carries its creator's
+// pid). Only ours: under ctest -j2 another test's live ranks own segments too.
+class SegmentWatch {
+ public:
+  void add(const LaunchResult& result) {
+    for (const auto& rank : result.ranks)
+      if (rank.pid > 0) pids_.push_back(rank.pid);
   }
-  return count;
-}
+  int left() const {
+    int count = 0;
+    if (DIR* dir = opendir("/dev/shm")) {
+      while (dirent* entry = readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name.rfind("hiercoll-", 0) != 0) continue;
+        const int creator = std::atoi(name.c_str() + 9);
+        count += std::find(pids_.begin(), pids_.end(), creator) != pids_.end();
+      }
+      closedir(dir);
+    }
+    return count;
+  }
+
+ private:
+  std::vector<int> pids_;
+};
 }  // namespace
 
 TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves no shared memory",
           "[mp][errors][hier][slow]") {
   std::string algo = GENERATE(std::string("ring"), std::string("hier"), std::string("sharded"));
-  int before = count_segments();
   auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "4000"}, {"HIERCOLL_ALGO", algo}, {"HIERCOLL_TEST_DIE_RANK", "1"}});
   options.node_of = {0, 0, 1, 1};
   options.timeout = std::chrono::seconds(60);
@@ -210,7 +227,9 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
     CHECK(result.ranks[r].exit_code == 0);
     CHECK(result.ranks[r].output.find("EXPECTED ERROR") != std::string::npos);
   }
-  CHECK(count_segments() <= before);
+  SegmentWatch segments;
+  segments.add(result);
+  CHECK(segments.left() == 0);
 }
 
 TEST_CASE("a rank killed in a small one-node allreduce (run on the callers' threads) fails the others in time",
@@ -369,14 +388,15 @@ TEST_CASE("survivors of a dead rank abort and form a new communicator (elastic r
 }
 
 TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][soak]") {
-  int before = count_segments();
   auto options = loopback({{"HIERCOLL_SOAK_ITERATIONS", "4000"}, {"HIERCOLL_CHUNK_BYTES", "32K"}});
   options.node_of = {0, 0, 1, 1};
   auto result = launch(4, HIERCOLL_MP_WORKER, {"soak"}, options);
   INFO(result.report());
   CHECK(result.all_ok());
   for (const auto& rank : result.ranks) CHECK(rank.output.find("SOAK rank") != std::string::npos);
-  CHECK(count_segments() <= before);
+  SegmentWatch segments;
+  segments.add(result);
+  CHECK(segments.left() == 0);
   std::printf("%s", result.ranks[0].output.c_str());
 }
 
@@ -428,7 +448,7 @@ TEST_CASE("a rank killed at each start-up step is named by every survivor, which
   const int victim = GENERATE(2, 3);
   const int calls = startup_calls(clean.ranks[victim].output);
   REQUIRE(calls > 3);
-  const int segments_before = count_segments();
+  SegmentWatch segments;
   for (int step = victim == 2 ? 1 : calls - 1; step <= calls + 1; ++step) {
     // Steps 1..calls: dies before that store call; then just after its last (in the init barrier or the first
     // collectives after it).
@@ -440,6 +460,7 @@ TEST_CASE("a rank killed at each start-up step is named by every survivor, which
     const auto start = std::chrono::steady_clock::now();
     auto result = launch(4, HIERCOLL_STARTUP_WORKER, {}, run);
     const auto took = std::chrono::steady_clock::now() - start;
+    segments.add(result);
     INFO("victim rank " << victim << ", step " << step << " of " << calls + 1 << "\n" << result.report());
     CHECK_FALSE(result.timed_out);
     CHECK(took < std::chrono::seconds(30));
@@ -459,5 +480,6 @@ TEST_CASE("a rank killed at each start-up step is named by every survivor, which
   auto sweep = launch(4, HIERCOLL_STARTUP_WORKER, {}, options);
   INFO(sweep.report());
   CHECK(sweep.all_ok());
-  CHECK(count_segments() <= segments_before);
+  segments.add(sweep);
+  CHECK(segments.left() == 0);
 }

@@ -142,6 +142,7 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  for (int r = 0; r < started; ++r) result.ranks[r].pid = static_cast<int>(pids[r]);
   for (int r = 0; r < started; ++r) result.ranks[r].output = read_all(dir + "/rank" + std::to_string(r) + ".log");
   std::string cleanup = "rm -rf '" + dir + "'";
   if (std::system(cleanup.c_str()) != 0) { /* best effort */

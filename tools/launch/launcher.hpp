@@ -12,6 +12,7 @@ namespace hiercoll::test {
 struct RankResult {
   int exit_code = -1;  ///< -signal if killed by a signal
   std::string output;  ///< stdout and stderr together
+  int pid = 0;         ///< the process id it ran as (0: never started); shm segments carry their creator's
 };
 
 struct LaunchOptions {
