@@ -106,9 +106,20 @@ std::vector<CompletionThread*>& registry() {
 }
 }  // namespace
 
-CompletionThread::CompletionThread() : state_(std::make_shared<State>()), thread_([this] { run(); }) {
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  registry().push_back(this);
+CompletionThread::CompletionThread() : state_(std::make_shared<State>()) {
+  // Registered before the thread starts: if registering throws, no joinable thread is left to terminate the process.
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    registry().push_back(this);
+  }
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto& threads = registry();
+    threads.erase(std::remove(threads.begin(), threads.end(), this), threads.end());
+    throw;
+  }
 }
 
 void CompletionThread::quiesce() {

@@ -26,6 +26,8 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_CHUNK_BYTES", "1M"},
       {"HIERCOLL_PIPELINE_SLOTS", "4"},
       {"HIERCOLL_TIMEOUT_MS", "1800000"},
+      {"HIERCOLL_PEER_WATCH", "1"},
+      {"HIERCOLL_HEARTBEAT_TIMEOUT_MS", "10000"},
       {"HIERCOLL_FABRIC_PROVIDER", ""},
       {"HIERCOLL_FABRIC_IFACE", ""},
       {"HIERCOLL_SOCKET_IFNAME", ""},
@@ -133,6 +135,8 @@ Settings read(bool use_env) {
   s.slots_from_env = r.set("HIERCOLL_PIPELINE_SLOTS");
   s.timeout_ms = r.integer("HIERCOLL_TIMEOUT_MS", 1);
   s.timeout_from_env = r.set("HIERCOLL_TIMEOUT_MS");
+  s.peer_watch = r.flag("HIERCOLL_PEER_WATCH");
+  s.heartbeat_timeout_ms = r.integer("HIERCOLL_HEARTBEAT_TIMEOUT_MS", 0);
   s.fabric_provider = r.text("HIERCOLL_FABRIC_PROVIDER");
   s.fabric_iface = r.text("HIERCOLL_FABRIC_IFACE");
   s.socket_ifname = r.text("HIERCOLL_SOCKET_IFNAME");

@@ -38,6 +38,8 @@ struct Settings {
   bool chunk_from_env = false, slots_from_env = false;  ///< whether those two were set (else they may adapt)
   int64_t timeout_ms = 0;                               ///< HIERCOLL_TIMEOUT_MS
   bool timeout_from_env = false;  ///< whether HIERCOLL_TIMEOUT_MS was set (it then overrides a caller's timeout)
+  bool peer_watch = true;         ///< HIERCOLL_PEER_WATCH: dead ranks noticed at once (engine/peer_watch.hpp)
+  int64_t heartbeat_timeout_ms = 0;  ///< HIERCOLL_HEARTBEAT_TIMEOUT_MS: a rank unheard this long is dead; 0: never
   std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "" means efa, else tcp
   std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: "" means the first non-loopback
   std::string socket_ifname;      ///< HIERCOLL_SOCKET_IFNAME: "" means the first non-loopback with IPv4

@@ -201,6 +201,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   if (failure) {
     const std::string what = describe(c, algorithm, false) + " (rank " + std::to_string(rank_) + ")";
     failure->message = what + " " + algo::kOneShotPhase + failure->message;
+    explain_halt(*failure, what);
     on_collective_failure(*failure);
     break_on(what, failure->message);
     auto state = std::make_shared<WorkState>();

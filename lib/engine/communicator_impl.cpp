@@ -89,23 +89,24 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   const std::string& instance = instance_;
   context_ = context_of(instance);
   store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
-  bootstrap(*store_, instance);
-  thread_ = std::thread([this] { progress_loop(); });
-
-  // Everyone has connected and attached once this barrier passes: the store and the shared-memory
-  // segment's name are no longer needed.
   try {
+    bootstrap(*store_, instance);
+    thread_ = std::thread([this] { progress_loop(); });
+    // Everyone has connected and attached once this barrier passes: the store and the shared-memory
+    // segment's name are no longer needed.
     enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [](algo::Channel& ch) {
       algo::barrier_dissemination(ch);
     }).wait();
+    if (arena_) arena_->unlink();
+    measure_link();
   } catch (...) {
     // A constructor that throws runs no destructor: the progress thread must be joined here, or destroying the
-    // joinable std::thread member terminates the process instead of raising the barrier's error.
+    // joinable std::thread member terminates the process instead of raising the error. The peers hear that this
+    // rank aborted: they fail now rather than wait for it to the timeout.
     stop_progress();
+    if (watch_) watch_->leave(/*aborted=*/true);
     throw;
   }
-  if (arena_) arena_->unlink();
-  measure_link();
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
@@ -128,14 +129,9 @@ void CommunicatorImpl::measure_link() {
   const size_t bytes = settings_.net_probe_bytes;
   algo::LinkFigures measured;
   const auto start = algo::Clock::now();
-  try {
-    enqueue_collective("link probe", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [&](algo::Channel& ch) {
-      measured = algo::probe_link(ch, a, b, bytes);
-    }).wait();
-  } catch (...) {
-    stop_progress();  // as for the init barrier: a constructor that throws must join its thread
-    throw;
-  }
+  enqueue_collective("link probe", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [&](algo::Channel& ch) {
+    measured = algo::probe_link(ch, a, b, bytes);
+  }).wait();
   const double ms = std::chrono::duration<double, std::milli>(algo::Clock::now() - start).count();
   if (!settings_.net_lat_from_env) cost_model_.net.latency_us = measured.latency_us;
   if (!settings_.net_bw_from_env) cost_model_.net.bandwidth_gbps = measured.bandwidth_gbps;
@@ -160,6 +156,18 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     gethostname(host, sizeof(host) - 1);
     node_id = host;
   }
+  PeerWatch::Options watch;
+  watch.rank = rank_;
+  watch.size = size_;
+  watch.heartbeat_timeout = std::chrono::milliseconds(settings_.heartbeat_timeout_ms);
+  watch.connect_timeout = options_.timeout;
+  watch.socket_ifname = settings_.socket_ifname;
+  auto report = [this](int, const std::string& reason) { halt(reason); };
+  const bool watched = size_ > 1 && settings_.peer_watch;
+  if (watched && rank_ == 0) {  // published before rank 0's address: whoever sees that sees this too
+    watch_ = PeerWatch::hub(watch, report);
+    store.set("watch", watch_->contact());
+  }
   store.set("node/" + std::to_string(rank_), node_id);
   store.set("addr/" + std::to_string(rank_), endpoint_->address());
   std::vector<std::string> keys;
@@ -176,6 +184,14 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   for (int r = 0; r < size_; ++r) {
     addresses.push_back(store.get(keys[r]));
     node_ids.push_back(store.get_string("node/" + std::to_string(r)));
+  }
+  if (watched && rank_ != 0) {
+    if (store.check({"watch"})) {
+      watch_ = PeerWatch::spoke(watch, store.get_string("watch"), node_ids[0] == node_ids[rank_], report);
+    } else {
+      HIERCOLL_LOG(kWarn, "rank 0 runs without the peer watch (HIERCOLL_PEER_WATCH=0 there): a dead rank is noticed "
+                          "at the timeout");
+    }
   }
   endpoint_->connect(rank_, addresses);
   layout_ = Layout::from_node_ids(node_ids, rank_);
@@ -249,7 +265,10 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
   selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready, settings_.algo);
 }
 
-CommunicatorImpl::~CommunicatorImpl() { stop_progress(); }
+CommunicatorImpl::~CommunicatorImpl() {
+  stop_progress();
+  if (watch_) watch_->leave(/*aborted=*/false);
+}
 
 void CommunicatorImpl::stop_progress() {
   {
@@ -267,10 +286,45 @@ void CommunicatorImpl::set_timeout(std::chrono::milliseconds timeout) {
 }
 
 void CommunicatorImpl::abort() {
+  halt("the communicator was aborted");
+  stop_progress();
+  if (watch_) watch_->leave(/*aborted=*/true);  // the peers' operations with this rank cannot finish: they hear it
+}
+
+void CommunicatorImpl::halt(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(halt_mutex_);
+    if (!halt_reason_.empty()) return;
+    halt_reason_ = reason;
+  }
+  halt_cv_.notify_all();
   aborted_ = true;
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
-  stop_progress();
+  queue_cv_.notify_all();
+}
+
+std::string CommunicatorImpl::halt_reason() {
+  std::lock_guard<std::mutex> lock(halt_mutex_);
+  return halt_reason_;
+}
+
+void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& what) {
+  if (aborted_ && failure.code == ErrorCode::kRemoteError) {
+    failure.message = what + ": " + halt_reason();
+    return;
+  }
+  // A peer's death can reach the data path first: the fabric reports the connection's loss as an error that
+  // names no rank. The peer watch names it moments later (after its report grace); wait that long for it.
+  const bool maybe_a_death = failure.code == ErrorCode::kFabricError || failure.code == ErrorCode::kSystemError ||
+                             failure.code == ErrorCode::kRemoteError;
+  if (!watch_ || !maybe_a_death) return;
+  std::unique_lock<std::mutex> lock(halt_mutex_);
+  if (halt_cv_.wait_for(lock, PeerWatch::kReportGrace + std::chrono::milliseconds(500),
+                        [&] { return !halt_reason_.empty(); })) {
+    failure = base::Failure{ErrorCode::kRemoteError, what + ": " + halt_reason_ + " (the data path saw: " +
+                                                         failure.message + ")"};
+  }
 }
 
 Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
@@ -413,7 +467,8 @@ Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
 void CommunicatorImpl::run_op(Op& op) {
   std::optional<base::Failure> failure;
   if (aborted_) {
-    failure = base::Failure{ErrorCode::kRemoteError, op.what + ": the communicator was aborted"};
+    failure = base::Failure{ErrorCode::kRemoteError, {}};
+    explain_halt(*failure, op.what);
   } else if (!broken_.empty()) {
     failure = base::Failure{ErrorCode::kRemoteError,
                             op.what + ": the communicator is broken by an earlier error: " + broken_};
@@ -435,6 +490,7 @@ void CommunicatorImpl::run_op(Op& op) {
     } catch (const std::exception& e) {
       failure = base::Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
     }
+    if (failure) explain_halt(*failure, op.what + " (rank " + std::to_string(rank_) + ")");
     if (op.collective) flight_.ended(op.flight_seq, !failure);
     if (failure && op.collective) on_collective_failure(*failure);
     if (failure) break_on(op.what, failure->message);
@@ -517,6 +573,12 @@ void CommunicatorImpl::progress_loop() {
       if (queue_.empty()) {
         if (stopping_ && (p2p_.empty() || aborted_)) break;
         lock.unlock();
+        if (aborted_) {  // halted: point-to-point work still pending fails now
+          const std::string why = halt_reason();
+          endpoint_->cancel_all(why);
+          poll_p2p(true, why);
+          continue;
+        }
         endpoint_->progress(std::chrono::milliseconds(1));  // only point-to-point work is pending
         poll_p2p(false, {});
         continue;
@@ -528,8 +590,9 @@ void CommunicatorImpl::progress_loop() {
     poll_p2p(false, {});
   }
   if (aborted_) {
-    endpoint_->cancel_all("the communicator was aborted");
-    poll_p2p(true, "the communicator was aborted");
+    const std::string why = halt_reason();
+    endpoint_->cancel_all(why);
+    poll_p2p(true, why);
   }
 }
 

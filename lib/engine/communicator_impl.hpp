@@ -24,6 +24,7 @@
 #include "engine/collective.hpp"
 #include "engine/device_path.hpp"
 #include "engine/flight_recorder.hpp"
+#include "engine/peer_watch.hpp"
 #include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
@@ -115,6 +116,14 @@ class CommunicatorImpl {
   std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
   /// After operation `what` failed with `message`: later operations fail with it; pending requests are cancelled.
   void break_on(const std::string& what, const std::string& message);
+  /// Every wait gives up and every later operation fails, with `reason` (the first one given): abort(), or the
+  /// peer watch reporting a rank that died (any thread).
+  void halt(const std::string& reason);
+  /// Why the communicator halted ("" if it has not).
+  std::string halt_reason();
+  /// A failure that came from a halt (a wait gave up) says why the communicator halted; one the data path saw
+  /// (a fabric error) waits a moment for the peer watch to name a dead rank behind it.
+  void explain_halt(base::Failure& failure, const std::string& what);
 
   int rank_, size_;
   CommOptions options_;
@@ -149,7 +158,11 @@ class CommunicatorImpl {
   // while the progress thread is idle (waiting, with nothing queued or pending) and stays so.
   bool progress_idle_ = false;
   bool caller_running_ = false;
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> aborted_{false};  // halted: every wait of every operation gives up (see halt())
+  std::mutex halt_mutex_;
+  std::string halt_reason_;  // under halt_mutex_
+  std::condition_variable halt_cv_;  // halt_reason_ set
+  std::unique_ptr<PeerWatch> watch_;  // made in bootstrap(); reports into halt()
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
   std::string broken_;         // first fatal error; later operations fail with it (whoever runs operations: see above)

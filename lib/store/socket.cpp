@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -118,6 +119,29 @@ Socket Socket::try_connect(const std::string& host, uint16_t port) {
   }
   freeaddrinfo(list);
   return Socket();
+}
+
+Socket Socket::connect_within(const std::string& ipv4, uint16_t port, std::chrono::milliseconds timeout) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (inet_pton(AF_INET, ipv4.c_str(), &sa.sin_addr) != 1) return Socket();
+  Socket sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!sock.valid()) return Socket();
+  if (::connect(sock.fd(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    if (errno != EINPROGRESS) return Socket();
+    pollfd pfd{sock.fd(), POLLOUT, 0};
+    int rc;
+    do {
+      rc = ::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(0, timeout.count())));
+    } while (rc < 0 && errno == EINTR);
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (rc <= 0 || getsockopt(sock.fd(), SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) return Socket();
+  }
+  int one = 1;
+  setsockopt(sock.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return sock;
 }
 
 uint16_t Socket::local_port() const {

@@ -30,6 +30,9 @@ class Socket {
   static Socket listen_on(const std::string& host, uint16_t port);
   /// Connects once; returns an invalid socket if the server is not there yet (ECONNREFUSED).
   static Socket try_connect(const std::string& host, uint16_t port);
+  /// Connects to a numeric IPv4 address, giving up after `timeout` (a filtered address would otherwise hold a
+  /// blocking connect for minutes); returns an invalid socket if it cannot. The socket is left non-blocking.
+  static Socket connect_within(const std::string& ipv4, uint16_t port, std::chrono::milliseconds timeout);
   uint16_t local_port() const;
 
  private:

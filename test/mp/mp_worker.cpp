@@ -2,6 +2,7 @@
 // real collectives and compares this rank's results, element by element, with a serial reference that
 // the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
 #include <dirent.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -280,6 +281,70 @@ void run_die(Communicator& comm) {
     ++g_failures;
   } catch (const Error& e) {
     std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A rank dies in the middle of an operation (or between two) and every other rank must fail within 2 s, naming it,
+// whatever the timeout. HIERCOLL_TEST_VICTIM dies in operation HIERCOLL_TEST_DIE_ITER, HIERCOLL_TEST_DIE_AFTER_US
+// after issuing it (-1: just before issuing it, so the others are waiting in it), as HIERCOLL_TEST_HOW says: kill
+// (SIGKILL), segv (SIGSEGV), exit (exit(1) without destroying the communicator), stop (SIGSTOP: alive, its
+// connections open, silent; the lowest surviving rank kills it once it is reported, by the pid the error names). Both sides print the moment on the
+// steady clock (the same across processes of one host, network namespaces included): "DIED_AT ns" and "NOTICED_AT ns".
+// Results before the death are checked; after the first error, the next operation must fail at once too.
+void run_die_timed(Communicator& comm) {
+  const int victim = std::atoi(std::getenv("HIERCOLL_TEST_VICTIM"));
+  const int die_iter = std::atoi(std::getenv("HIERCOLL_TEST_DIE_ITER"));
+  const long after_us = std::atol(std::getenv("HIERCOLL_TEST_DIE_AFTER_US"));
+  const std::string how = std::getenv("HIERCOLL_TEST_HOW");
+  const size_t count = std::strtoul(std::getenv("HIERCOLL_TEST_COUNT"), nullptr, 10);
+  const int n = comm.size();
+  std::vector<float> data(count);
+  auto die = [&] {
+    std::printf("DIED_AT %lld\n", static_cast<long long>(steady_ns()));
+    std::fflush(stdout);
+    if (how == "kill") raise(SIGKILL);
+    if (how == "stop") raise(SIGSTOP);
+    if (how == "segv") {
+      rlimit none{0, 0};
+      setrlimit(RLIMIT_CORE, &none);  // no core file for a crash on purpose
+      raise(SIGSEGV);
+    }
+    std::exit(1);  // static destructors run, the communicator's do not
+  };
+  try {
+    for (int i = 0; i < 1000; ++i) {
+      std::fill(data.begin(), data.end(), static_cast<float>(comm.rank() + i));
+      if (comm.rank() == victim && i == die_iter && after_us < 0) die();
+      Work work = comm.allreduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      if (comm.rank() == victim && i == die_iter) {
+        std::this_thread::sleep_for(std::chrono::microseconds(after_us));
+        die();
+      }
+      work.wait();
+      const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
+      for (size_t k = 0; k < count; k += 997) expect_equal("allreduce " + std::to_string(i), DataType::kFloat32,
+                                                          ReduceOp::kSum, data.data(), k, want);
+    }
+    std::printf("FAIL: survived a dead peer\n");
+    ++g_failures;
+  } catch (const Error& e) {
+    std::printf("NOTICED_AT %lld [%s]: %s\n", static_cast<long long>(steady_ns()), to_string(e.code()), e.what());
+    const char* pid = std::strstr(e.what(), "(pid ");
+    if (how == "stop" && comm.rank() == (victim == 0 ? 1 : 0) && pid != nullptr) kill(std::atoi(pid + 5), SIGKILL);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.allreduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+      std::printf("FAIL: the operation after a peer's death succeeded\n");
+      ++g_failures;
+    } catch (const Error& next) {
+      const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("NEXT FAILED in %.1f ms [%s]: %s\n", ms, to_string(next.code()), next.what());
+    }
   }
 }
 
@@ -649,6 +714,7 @@ int main(int argc, char** argv) {
     else if (scenario == "errors") run_errors(comm);
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
+    else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);
     else if (scenario == "mixed-paths") run_mixed_paths(comm);
     else if (scenario == "check-mismatch") run_check_mismatch(comm);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -120,6 +121,13 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
   auto deadline = std::chrono::steady_clock::now() + options.timeout;
   size_t running = pids.size();
   std::vector<bool> done(pids.size(), false);
+  // Ends ranks still running: their process groups, so whatever they started goes too.
+  auto signal_running = [&](int sig) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (!done[r]) kill(-pids[r], sig);
+    }
+  };
+  std::optional<std::chrono::steady_clock::time_point> term_at, kill_at;
   while (running > 0) {
     for (size_t r = 0; r < pids.size(); ++r) {
       if (done[r]) continue;
@@ -128,13 +136,26 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
         done[r] = true;
         --running;
         result.ranks[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        if (result.ranks[r].exit_code != 0 && result.first_failed < 0) {
+          result.first_failed = static_cast<int>(r);
+          if (options.end_job_on_failure) term_at = std::chrono::steady_clock::now() + options.end_grace;
+        }
       }
     }
-    if (running > 0 && std::chrono::steady_clock::now() > deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (running > 0 && term_at && now >= *term_at) {
+      result.ended = true;
+      signal_running(SIGTERM);
+      term_at.reset();
+      kill_at = now + options.end_grace;
+    }
+    if (running > 0 && kill_at && now >= *kill_at) {
+      signal_running(SIGKILL);
+      kill_at.reset();
+    }
+    if (running > 0 && now > deadline) {
       result.timed_out = true;
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (!done[r]) kill(-pids[r], SIGKILL);
-      }
+      signal_running(SIGKILL);
       for (size_t r = 0; r < pids.size(); ++r) {
         if (!done[r]) waitpid(pids[r], nullptr, 0);
       }

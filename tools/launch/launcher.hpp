@@ -28,12 +28,18 @@ struct LaunchOptions {
   /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/cluster), using
   /// its NIC "hcnic"; rank 0 serves the TCP store at store_host.
   std::string netns_prefix;
+  /// As mpirun and torchrun do: once a rank fails (a non-zero exit or a signal), the others have `end_grace` to
+  /// report their own errors and exit, then get SIGTERM, and SIGKILL `end_grace` later.
+  bool end_job_on_failure = false;
+  std::chrono::milliseconds end_grace{3000};
   std::string store_host = "127.0.0.1";  ///< ranks write to our stdout/stderr instead of captured logs
 };
 
 struct LaunchResult {
   std::vector<RankResult> ranks;
   bool timed_out = false;
+  int first_failed = -1;  ///< the first rank seen to fail, -1 if none did
+  bool ended = false;     ///< end_job_on_failure signalled ranks that were still running
   bool all_ok() const;
   std::string report() const;  ///< every rank's exit code and output, for failure messages
 };

@@ -2,7 +2,11 @@
 //   hiercoll_launch -n 4 [--ranks-per-node K] [--tcp-store] [--timeout SECONDS] [-x NAME=VALUE]... -- program [args]
 // --ranks-per-node emulates nodes on one host: ranks r*K..r*K+K-1 get HIERCOLL_NODE_ID=node<r>.
 // --netns PREFIX (with --ranks-per-node) runs node k's ranks inside namespace PREFIXk (scripts/cluster).
+// As mpirun and torchrun, it ends the job when a rank fails: the others get 3 s to report their own errors (a dead
+// peer is noticed in well under one), then SIGTERM, then SIGKILL; it exits with the first failure's status (128 +
+// the signal for a rank a signal ended). --keep-going waits for every rank instead.
 #include <cstdio>
+#include <csignal>
 #include <cstring>
 #include <string>
 
@@ -13,6 +17,7 @@ int main(int argc, char** argv) {
   hiercoll::test::LaunchOptions options;
   options.inherit_output = true;
   options.timeout = std::chrono::seconds(3600);
+  options.end_job_on_failure = true;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -27,6 +32,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--netns" && i + 1 < argc) {
       options.netns_prefix = argv[++i];
       options.store_host = "10.77.0.1";  // scripts/cluster's first node
+    } else if (arg == "--keep-going") {
+      options.end_job_on_failure = false;
     } else if (arg == "--tcp-store") {
       options.tcp_store = true;
     } else if (arg == "--timeout" && i + 1 < argc) {
@@ -46,7 +53,7 @@ int main(int argc, char** argv) {
   if (i >= argc || ranks < 1) {
     std::fprintf(stderr,
                  "usage: hiercoll_launch -n RANKS [--ranks-per-node K [--netns PREFIX]] [--tcp-store] [--timeout S] "
-                 "[-x NAME=VALUE]... -- program [args]\n");
+                 "[--keep-going] [-x NAME=VALUE]... -- program [args]\n");
     return 2;
   }
   if (ranks_per_node > 0) {  // emulate nodes on this host (HIERCOLL_NODE_ID)
@@ -54,13 +61,23 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> args(argv + i + 1, argv + argc);
   auto result = hiercoll::test::launch(ranks, argv[i], args, options);
-  int worst = 0;
+  // A rank's status as a shell gives it: its exit code, or 128 + the signal that ended it.
+  auto status_of = [&](size_t r) {
+    const int code = result.ranks[r].exit_code;
+    return code < 0 ? 128 - code : code;
+  };
   for (size_t r = 0; r < result.ranks.size(); ++r) {
-    if (result.ranks[r].exit_code != 0) {
-      std::fprintf(stderr, "hiercoll_launch: rank %zu exited with %d\n", r, result.ranks[r].exit_code);
-      worst = 1;
-    }
+    const int code = result.ranks[r].exit_code;
+    if (code > 0) std::fprintf(stderr, "hiercoll_launch: rank %zu exited with %d\n", r, code);
+    if (code < 0) std::fprintf(stderr, "hiercoll_launch: rank %zu was killed by signal %d (%s)\n", r, -code, strsignal(-code));
   }
-  if (result.timed_out) std::fprintf(stderr, "hiercoll_launch: timed out, all ranks killed\n");
-  return result.timed_out ? 124 : worst;
+  if (result.timed_out) {
+    std::fprintf(stderr, "hiercoll_launch: timed out, all ranks killed\n");
+    return 124;
+  }
+  if (result.first_failed < 0) return 0;
+  const size_t first = static_cast<size_t>(result.first_failed);
+  std::fprintf(stderr, "hiercoll_launch: rank %zu failed first (status %d)%s\n", first, status_of(first),
+               result.ended ? "; the ranks still running were ended" : "");
+  return status_of(first);
 }
