@@ -1,8 +1,12 @@
 // hwloc discovery: cores, NUMA nodes, and the PCI devices (GPUs, NICs) with their locality.
 #include <hwloc.h>
 
+#include <cerrno>
+#include <cstring>
+#include <memory>
 #include <sstream>
 
+#include "base/log.hpp"
 #include "hiercoll/topology.hpp"
 
 namespace hiercoll {
@@ -40,10 +44,18 @@ std::string MachineInfo::describe() const {
 
 MachineInfo detect_machine() {
   MachineInfo info;
-  hwloc_topology_t topology;
-  if (hwloc_topology_init(&topology) != 0) return info;
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) {
+    HIERCOLL_LOG(kWarn, "hwloc_topology_init failed (" << std::strerror(errno) << "): machine layout unknown");
+    return info;
+  }
+  // Destroyed on every path, the throwing ones (describe_device allocates) included.
+  std::unique_ptr<hwloc_topology, void (*)(hwloc_topology_t)> owned(raw, hwloc_topology_destroy);
+  hwloc_topology_t topology = owned.get();
   hwloc_topology_set_io_types_filter(topology, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  if (hwloc_topology_load(topology) == 0) {
+  if (hwloc_topology_load(topology) != 0) {
+    HIERCOLL_LOG(kWarn, "hwloc_topology_load failed (" << std::strerror(errno) << "): machine layout unknown");
+  } else {
     info.cores = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE);
     info.hardware_threads = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_PU);
     info.numa_nodes = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE);
@@ -58,7 +70,6 @@ MachineInfo detect_machine() {
       }
     }
   }
-  hwloc_topology_destroy(topology);
   return info;
 }
 

@@ -2,8 +2,14 @@
 // against a serial reference (see mp_worker.cpp).
 #define CATCH_CONFIG_MAIN
 #include <dirent.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 
 #include <algorithm>
+#include <thread>
+#include <random>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdlib>
@@ -411,6 +417,58 @@ TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][so
   segments.add(result);
   CHECK(segments.left() == 0);
   std::printf("%s", result.ranks[0].output.c_str());
+}
+
+// The original fault: 13 bytes to the store killed rank 0 of a running job. Here thousands of random and mutated
+// frames, on hundreds of connections, reach the TCP store (served by rank 0) while 4 ranks run random checked
+// collectives: every element must still match and every rank finish.
+TEST_CASE("a TCP store fuzzed during collectives leaves them running and correct", "[mp][errors][store]") {
+  auto options = loopback({{"HIERCOLL_SOAK_ITERATIONS", "1500"}});
+  options.node_of = {0, 0, 1, 1};
+  options.tcp_store = true;
+  options.store_port = hiercoll::test::free_port();
+  std::atomic<bool> stop{false};
+  std::atomic<int> frames{0}, connections{0};
+  std::thread fuzzer([&] {
+    std::mt19937 rng(99);
+    // A SET of key "k" (command 1, key length, key, value length, value), then mutated or replaced by noise.
+    const std::vector<uint8_t> set = {1, 1, 0, 0, 0, 'k', 4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4};
+    while (!stop) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(options.store_port);
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        std::vector<uint8_t> bytes;
+        for (int i = 0; i < 20; ++i) {
+          std::vector<uint8_t> f = set;
+          if (i % 2 == 0) {
+            f.resize(rng() % 40);
+            for (auto& b : f) b = static_cast<uint8_t>(rng());
+          } else {
+            f[rng() % f.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+          }
+          bytes.insert(bytes.end(), f.begin(), f.end());
+        }
+        if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) > 0) {
+          frames += 20;
+          ++connections;
+        }
+      }
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"soak"}, options);
+  stop = true;
+  fuzzer.join();
+  INFO(result.report());
+  INFO(frames << " frames on " << connections << " connections");
+  CHECK(result.all_ok());
+  for (const auto& rank : result.ranks) CHECK(rank.output.find("SOAK rank") != std::string::npos);
+  CHECK(frames > 1000);
+  std::printf("store fuzz: %d frames on %d connections during the soak\n", frames.load(), connections.load());
 }
 
 TEST_CASE("gradient bucketing equals unbucketed allreduce, overlaps, and rebuilds by ready order",

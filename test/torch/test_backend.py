@@ -193,7 +193,7 @@ def test_ddp_across_emulated_nodes_matches_gloo(emulated_cluster, tmp_path):
 
 
 @pytest.mark.parametrize("size", [pytest.param(2, marks=pytest.mark.quick), 4])
-def test_disagreeing_and_dead_peers_raise_within_the_timeout(size):
-    outputs = run_ranks(size, "worker_failures.py", env={"HIERCOLL_TIMEOUT_MS": "8000"})
+def test_disagreeing_and_dead_peers_raise_at_once(size):
+    outputs = run_ranks(size, "worker_failures.py", env={"HIERCOLL_TIMEOUT_MS": "120000"})
     assert sum(": 0 problems" in out for out in outputs) == size - 1, outputs
     assert any("exiting abruptly" in out for out in outputs), outputs

@@ -1,6 +1,6 @@
 """Errors that break the group: ranks disagreeing on a collective's type, then a peer that dies. Every surviving
-rank must get a RuntimeError naming the problem within the timeout (HIERCOLL_TIMEOUT_MS, set short by the test),
-later calls on the broken group must fail at once, a new group must work, and teardown must not hang."""
+rank must get a RuntimeError naming the problem (the dead rank within 2 s, far inside HIERCOLL_TIMEOUT_MS), later
+calls on the broken group must fail at once, a new group must work, and teardown must not hang."""
 import os
 import sys
 import time
@@ -35,17 +35,18 @@ dist.all_reduce(t, group=fresh)
 if not torch.equal(t, torch.full((6,), float(sum(range(size))))):
     problems.append(f"all_reduce in a new group gave {t.tolist()}")
 
-# The last rank dies without a word; the others' next collective must fail within the timeout.
+# The last rank dies without a word; the others' next collective must fail within 2 s (the peer watch), naming it.
 dist.barrier(group=fresh)
 if rank == size - 1:
     print(f"rank {rank}: exiting abruptly", flush=True)
     os._exit(0)
 timeout_s = int(os.environ["HIERCOLL_TIMEOUT_MS"]) / 1000
 start = time.monotonic()
-expect_error("a peer died", lambda: dist.all_reduce(torch.ones(1000), group=fresh), "ALLREDUCE failed")
+expect_error("a peer died", lambda: dist.all_reduce(torch.ones(1000), group=fresh), "ALLREDUCE failed",
+             f"rank {size - 1} (pid", "died")
 elapsed = time.monotonic() - start
-if elapsed > timeout_s + 10:
-    problems.append(f"the dead peer was noticed after {elapsed:.1f} s, timeout {timeout_s:.0f} s")
+if elapsed > 2:
+    problems.append(f"the dead peer was noticed after {elapsed:.1f} s (timeout {timeout_s:.0f} s), not within 2 s")
 dist.destroy_process_group()  # must return, broken groups included
 print(f"rank {rank}: {len(problems)} problems; dead peer noticed in {elapsed:.1f} s", flush=True)
 if problems:

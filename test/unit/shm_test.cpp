@@ -1,3 +1,4 @@
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -19,6 +20,15 @@ using namespace hiercoll;
 using namespace hiercoll::transport;
 
 namespace {
+int open_fds() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir) != nullptr) ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
 bool exists(const std::string& name) {
   int fd = shm_open(name.c_str(), O_RDONLY, 0);
   if (fd >= 0) close(fd);
@@ -37,6 +47,26 @@ TEST_CASE("segments are shared, and unlinking keeps the mapping but removes the 
   std::memcpy(peer.data(), "still", 6);
   CHECK(std::string(static_cast<char*>(owner.data())) == "still");
   CHECK_THROWS_AS(ShmSegment::attach(owner.name(), 16), SystemError);
+}
+
+// Failures forced at each step after shm_open: the descriptor is closed and the name removed on every path.
+TEST_CASE("a segment that fails part-way leaves no descriptor and no name", "[shm]") {
+  const int fds = open_fds();
+  // 256 TiB: tmpfs takes the size (its pages come later), mmap cannot place it in a 128 TiB address space.
+  try {
+    ShmSegment::create("unit-fault", size_t{1} << 48);
+    FAIL("a 256 TiB mapping succeeded");
+  } catch (const SystemError& e) {
+    INFO(e.what());
+    CHECK((std::string(e.what()).find("mmap") != std::string::npos ||
+           std::string(e.what()).find("ftruncate") != std::string::npos));
+  }
+  CHECK(open_fds() == fds);
+  CHECK_FALSE(exists("/hiercoll-" + std::to_string(getpid()) + "-unit-fault"));
+  // Attaching with more bytes than the segment has fails after shm_open: the descriptor is closed too.
+  ShmSegment small = ShmSegment::create("unit-small", 4096);
+  CHECK_THROWS_AS(ShmSegment::attach(small.name(), 1 << 20), SystemError);
+  CHECK(open_fds() == fds);
 }
 
 TEST_CASE("the creator's destructor removes the name", "[shm]") {

@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "hiercoll/errors.hpp"
+#include "raw_client.hpp"
 
 using namespace hiercoll;
 using namespace std::chrono_literals;
+using hiercoll::test::RawClient;
 
 namespace {
 std::string temp_dir() {
@@ -113,37 +115,6 @@ TEST_CASE("store URLs are parsed or refused clearly", "[store]") {
 
 namespace {
 // A raw TCP connection to the store server, for frames no TcpStore client would send.
-class RawClient {
- public:
-  explicit RawClient(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    REQUIRE(fd_ >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  }
-  ~RawClient() { ::close(fd_); }
-  void send(const std::vector<uint8_t>& bytes) {
-    REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
-  }
-  // True if the server closed the connection within `timeout` (reading and discarding any replies).
-  bool closed_by_server(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    uint8_t buffer[4096];
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd pfd{fd_, POLLIN, 0};
-      if (::poll(&pfd, 1, 50) <= 0) continue;
-      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
-    }
-    return false;
-  }
-
- private:
-  int fd_;
-};
-
 std::vector<uint8_t> frame(uint8_t command, uint32_t key_len, const std::string& key, uint64_t value_len,
                            const std::vector<uint8_t>& value) {
   std::vector<uint8_t> out{command};

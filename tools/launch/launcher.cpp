@@ -23,18 +23,6 @@ std::string make_temp_dir() {
   return pattern;
 }
 
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::string read_all(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -61,6 +49,18 @@ std::string LaunchResult::report() const {
   return out.str();
 }
 
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 std::vector<int> regular_nodes(int nodes, int per_node) {
   std::vector<int> node_of;
   for (int n = 0; n < nodes; ++n) node_of.insert(node_of.end(), static_cast<size_t>(per_node), n);
@@ -72,7 +72,7 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
   std::string dir = make_temp_dir();
   // A file store cannot cross namespaces' network, but it can cross their (shared) file system; a TCP
   // store in namespaces must listen on rank 0's node address.
-  std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(free_port())
+  std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(options.store_port ? options.store_port : free_port())
                                         : "file://" + dir + "/store";
   int started = options.launch_only >= 0 ? options.launch_only : ranks;
   std::vector<pid_t> pids;

@@ -3,6 +3,7 @@
 // HIERCOLL_WORLD_SIZE and HIERCOLL_STORE set, captures each rank's output, and kills them all if any
 // outlives the timeout.
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct LaunchOptions {
   std::map<std::string, std::string> env;  ///< extra variables for every rank
   std::chrono::seconds timeout{120};
   bool tcp_store = false;  ///< rank 0 serves a TCP store (default: a file store in a fresh directory)
+  uint16_t store_port = 0;  ///< with tcp_store: its port (0: any free one)
   int launch_only = -1;    ///< start only this many of the ranks (to simulate ranks that never arrive)
   /// Per-rank extra variables, e.g. {{2, {{"HIERCOLL_TEST_DIE_AT", "3"}}}}.
   std::map<int, std::map<std::string, std::string>> rank_env;
@@ -43,6 +45,9 @@ struct LaunchResult {
   bool all_ok() const;
   std::string report() const;  ///< every rank's exit code and output, for failure messages
 };
+
+/// A TCP port free on loopback now.
+uint16_t free_port();
 
 /// node_of for `nodes` x `per_node` ranks, consecutive ranks per node.
 std::vector<int> regular_nodes(int nodes, int per_node);

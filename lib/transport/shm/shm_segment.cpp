@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 
+#include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::transport {
@@ -60,16 +61,14 @@ void ShmSegment::release() noexcept {
 ShmSegment ShmSegment::create(const std::string& tag, size_t bytes) {
   ShmSegment segment;
   segment.name_ = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + tag;
-  int fd = shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) throw_errno("shm_open", segment.name_);
+  base::UniqueFd fd(shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid()) throw_errno("shm_open", segment.name_);
   segment.owner_ = true;  // from here on the destructor unlinks, whatever fails next
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    close(fd);
+  if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
     throw_errno("ftruncate", segment.name_ + ", " + std::to_string(bytes) + " bytes; is /dev/shm large enough?");
   }
-  segment.data_ = map(fd, bytes, segment.name_);
+  segment.data_ = map(fd.get(), bytes, segment.name_);
   segment.size_ = bytes;
-  close(fd);
   return segment;
 }
 
@@ -82,18 +81,16 @@ ShmSegment ShmSegment::attach(const std::string& name, size_t bytes) {
 std::optional<ShmSegment> ShmSegment::attach_if_present(const std::string& name, size_t bytes) {
   ShmSegment segment;
   segment.name_ = name;
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0 && errno == ENOENT) return std::nullopt;
-  if (fd < 0) throw_errno("shm_open", name);
+  base::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid() && errno == ENOENT) return std::nullopt;
+  if (!fd.valid()) throw_errno("shm_open", name);
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
-    close(fd);
+  if (fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
     throw SystemError("shared memory segment " + name + " is smaller than the " + std::to_string(bytes) +
                       " bytes expected");
   }
-  segment.data_ = map(fd, bytes, name);
+  segment.data_ = map(fd.get(), bytes, name);
   segment.size_ = bytes;
-  close(fd);
   return segment;
 }
 
