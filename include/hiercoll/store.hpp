@@ -42,9 +42,11 @@ class HIERCOLL_API Store {
 class HIERCOLL_API TcpStore : public Store {
  public:
   /// `is_server`: listen on host:port (port 0 picks a free one, see port()); otherwise connect,
-  /// retrying until `timeout` while the server comes up.
+  /// retrying until `timeout` while the server comes up. A non-empty `job_token` (HIERCOLL_JOB_TOKEN, which
+  /// hiercoll_launch sets) is a secret of the job: a server with one drops every client that does not present it
+  /// first (stray clients, another job's ranks), and a client with one presents it on connecting.
   TcpStore(const std::string& host, uint16_t port, bool is_server,
-           std::chrono::milliseconds timeout = std::chrono::minutes(5));
+           std::chrono::milliseconds timeout = std::chrono::minutes(5), const std::string& job_token = {});
   ~TcpStore() override;
   uint16_t port() const;
 

@@ -92,7 +92,8 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
     std::shared_ptr<Store> server;
     std::string url = launch::pmix_share_from_rank0("store", rank, [&] {
       std::string address = launch::reachable_address();
-      auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout);
+      auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout,
+                                              base::env_string("HIERCOLL_JOB_TOKEN").value_or(""));
       server = store;
       return "tcp://" + address + ":" + std::to_string(store->port());
     }, timeout);

@@ -3,12 +3,14 @@
 //
 // Wire format, both directions little-endian:
 //   request: u8 command, u32 key length, key, u64 value length, value
-//   reply:   SET -> u8 1;  GET -> u64 length, value;  ADD -> i64 new value;  CHECK -> u8 0|1
+//   reply:   SET -> u8 1;  GET -> u64 length, value;  ADD -> i64 new value;  CHECK -> u8 0|1;  HELLO -> u8 1
+// A server with a job token admits a client once its first request is HELLO with that token as the value.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,7 +28,7 @@ namespace {
 using store::Clock;
 using store::Socket;
 
-enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4 };
+enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kHello = 5 };
 
 void put_u64(std::vector<uint8_t>& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -63,7 +65,7 @@ std::vector<uint8_t> encode_request(Command cmd, const std::string& key, const S
 
 class StoreServer {
  public:
-  explicit StoreServer(Socket listener) : listener_(std::move(listener)) {
+  StoreServer(Socket listener, std::string job_token) : listener_(std::move(listener)), token_(std::move(job_token)) {
     if (pipe2(wake_, O_CLOEXEC) != 0) throw SystemError("store: pipe2 failed");
     thread_ = std::thread([this] { run(); });
   }
@@ -82,6 +84,7 @@ class StoreServer {
     std::vector<uint8_t> input;
     std::vector<uint8_t> output;  // replies not yet taken by the client: the server never blocks on a send
     std::string broken;           // why it is to be dropped, once the current round of events is over
+    bool admitted = false;        // presented the job token (or the server has none)
   };
 
   void run() {
@@ -97,7 +100,11 @@ class StoreServer {
       if (fds[0].revents) return;
       if (fds[1].revents & POLLIN) {
         int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) clients_[fd].socket = Socket(fd);
+        if (fd >= 0) {
+          Client& client = clients_[fd];
+          client.socket = Socket(fd);
+          client.admitted = token_.empty();
+        }
       }
       for (size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
@@ -199,6 +206,18 @@ class StoreServer {
   }
 
   void handle(Client& client, uint8_t command, const std::string& key, Store::Bytes value) {
+    if (command == kHello) {
+      if (!token_.empty() && std::string(value.begin(), value.end()) != token_) {
+        throw InvalidUsageError("store: a client presented another job's token");
+      }
+      client.admitted = true;
+      uint8_t ack = 1;
+      send(client, &ack, 1);
+      return;
+    }
+    if (!client.admitted) {
+      throw InvalidUsageError("store: a client did not present this job's token (HIERCOLL_JOB_TOKEN) first");
+    }
     switch (command) {
       case kSet: {
         data_[key] = std::move(value);
@@ -246,6 +265,7 @@ class StoreServer {
   }
 
   Socket listener_;
+  const std::string token_;
   int wake_[2] = {-1, -1};
   std::thread thread_;
   std::map<int, Client> clients_;
@@ -259,6 +279,7 @@ struct TcpStore::Impl {
   std::unique_ptr<StoreServer> server;
   std::string host;
   uint16_t port = 0;
+  std::string token;
   std::mutex mutex;  // one request at a time on the connection
   Socket connection;
 
@@ -267,13 +288,28 @@ struct TcpStore::Impl {
     auto pause = std::chrono::milliseconds(5);
     for (;;) {
       connection = Socket::try_connect(host, port);
-      if (connection.valid()) return;
+      if (connection.valid()) return introduce(deadline);
       if (Clock::now() >= deadline) {
         throw TimeoutError("store: no store server at " + host + ":" + std::to_string(port) + " after " +
                            std::to_string(timeout.count()) + " ms (is rank 0 running, and the address right?)");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
+    }
+  }
+
+  // Presents the job token, if there is one: a server of another job (or one with another token) hangs up.
+  void introduce(Clock::time_point deadline) {
+    if (token.empty()) return;
+    auto hello = encode_request(kHello, {}, Store::Bytes(token.begin(), token.end()));
+    uint8_t ack = 0;
+    try {
+      connection.send_all(hello.data(), hello.size());
+      connection.recv_all(&ack, 1, std::max(deadline, Clock::now() + std::chrono::seconds(5)));
+    } catch (const SystemError&) {
+      connection.close();
+      throw InvalidUsageError("store: the server at " + host + ":" + std::to_string(port) +
+                              " refused this job's token (HIERCOLL_JOB_TOKEN): it serves another job");
     }
   }
 
@@ -294,13 +330,15 @@ struct TcpStore::Impl {
   }
 };
 
-TcpStore::TcpStore(const std::string& host, uint16_t port, bool is_server, std::chrono::milliseconds timeout)
+TcpStore::TcpStore(const std::string& host, uint16_t port, bool is_server, std::chrono::milliseconds timeout,
+                   const std::string& job_token)
     : impl_(std::make_unique<Impl>()) {
   timeout_ = timeout;
   impl_->host = host;
   impl_->port = port;
+  impl_->token = job_token;
   if (is_server) {
-    impl_->server = std::make_unique<StoreServer>(Socket::listen_on(host, port));
+    impl_->server = std::make_unique<StoreServer>(Socket::listen_on(host, port), job_token);
     impl_->port = impl_->server->port();
   }
   impl_->connect(timeout);

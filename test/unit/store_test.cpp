@@ -171,3 +171,28 @@ TEST_CASE("hostile frames drop their connection and leave the TCP store serving"
   TcpStore late("127.0.0.1", server.port(), false, 10s);
   CHECK(late.get_string("after") == "fuzz");
 }
+
+TEST_CASE("a TCP store with a job token serves only clients that present it", "[store]") {
+  TcpStore server("127.0.0.1", 0, true, 10s, "job-a");
+  TcpStore member("127.0.0.1", server.port(), false, 10s, "job-a");
+  member.set("k", std::string("v"));
+  // Another job's rank is refused at connect, naming the token.
+  try {
+    TcpStore other("127.0.0.1", server.port(), false, 3s, "job-b");
+    FAIL("another job's token was admitted");
+  } catch (const InvalidUsageError& e) {
+    CHECK(std::string(e.what()).find("HIERCOLL_JOB_TOKEN") != std::string::npos);
+  }
+  // A client without one is dropped at its first request, as is a raw SET.
+  TcpStore stray("127.0.0.1", server.port(), false, 3s);
+  CHECK_THROWS(stray.set("k", std::string("overwritten")));
+  RawClient raw(server.port());
+  raw.send(frame(1, 1, "k", 1, {'x'}));
+  CHECK(raw.closed_by_server(5s));
+  CHECK(member.get_string("k") == "v");
+  // A server without a token admits clients that have one (a job token set on the ranks only).
+  TcpStore open("127.0.0.1", 0, true, 10s);
+  TcpStore with_token("127.0.0.1", open.port(), false, 10s, "job-a");
+  with_token.set("x", std::string("y"));
+  CHECK(open.get_string("x") == "y");
+}

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -74,6 +75,14 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
   // store in namespaces must listen on rank 0's node address.
   std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(options.store_port ? options.store_port : free_port())
                                         : "file://" + dir + "/store";
+  // A secret of this job for the TCP store (HIERCOLL_JOB_TOKEN): a stray client or another job's rank is dropped.
+  std::string token;
+  std::random_device random;
+  for (int i = 0; i < 4; ++i) {
+    char word[9];
+    std::snprintf(word, sizeof word, "%08x", static_cast<unsigned>(random()));
+    token += word;
+  }
   int started = options.launch_only >= 0 ? options.launch_only : ranks;
   std::vector<pid_t> pids;
   for (int r = 0; r < started; ++r) {
@@ -90,6 +99,7 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
       setenv("HIERCOLL_RANK", std::to_string(r).c_str(), 1);
       setenv("HIERCOLL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("HIERCOLL_STORE", store.c_str(), 1);
+      if (options.tcp_store) setenv("HIERCOLL_JOB_TOKEN", token.c_str(), 1);  // options.env may override it
       for (const auto& [key, value] : options.env) setenv(key.c_str(), value.c_str(), 1);
       if (r < static_cast<int>(options.node_of.size())) {
         setenv("HIERCOLL_NODE_ID", ("node" + std::to_string(options.node_of[r])).c_str(), 1);
