@@ -442,6 +442,13 @@ class PeerWatch::Impl {
       lost(peer, Cause::kClosed);
       return false;
     }
+    // A rank that connects late (still in start-up) hears of the deaths before it, or it would wait for them.
+    for (const Frame& death : deaths_) {
+      if (!send_frame(peer.sock.fd(), death)) {
+        lost(peer, Cause::kSilent);
+        return false;
+      }
+    }
     return false;  // `stranger` is gone; the rank's next frames arrive on its own entry
   }
 
@@ -461,6 +468,7 @@ class PeerWatch::Impl {
       death.rank = peer.rank;
       death.pid = peer.pid;
       death.cause = cause;
+      deaths_.push_back(death);
       std::vector<Peer*> unreachable;
       for (auto& other : peers_) {
         if (other.sock.valid() && !send_frame(other.sock.fd(), death)) unreachable.push_back(&other);
@@ -506,6 +514,7 @@ class PeerWatch::Impl {
   Socket listener_;
   std::vector<Peer> peers_;  // by rank: the hub's spokes; a spoke's hub at [0]
   std::list<Peer> strangers_;
+  std::vector<Frame> deaths_;  // the hub: every death it relayed, for ranks that connect later
   std::chrono::milliseconds heartbeat_every_;
   std::optional<Report> report_;
   bool reported_ = false;

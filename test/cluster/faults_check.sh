@@ -27,6 +27,9 @@ run() {  # run NAME: the soak, with whatever fault the caller set up; prints eac
   wrong=$(grep -cE "^soak: [1-9][0-9]* mismatches" "$log")
   echo "$name: $ok ranks correct, $errors failed with an error, $wrong with wrong elements, $took ms (launcher status $status)"
   grep -m3 "^ERROR \[" "$log"
+  if [ -n "${min_ms:-}" ] && (( took < min_ms )); then
+    echo "FAIL: $name: the run ended in $took ms, before the fault could reach it"; failed=1
+  fi
   if [ "$wrong" != 0 ] || [ "$status" = 124 ] || [ $((ok + errors)) != 4 ]; then
     echo "FAIL: $name"; tail -30 "$log"; failed=1
   fi
@@ -34,7 +37,7 @@ run() {  # run NAME: the soak, with whatever fault the caller set up; prints eac
 
 # 1. The link down for 3 s, 1 s into the run.
 ( sleep 1; ip netns exec hc1 ip link set hcnic down; sleep 3; ip netns exec hc1 ip link set hcnic up ) &
-run "link down 3 s"
+min_ms=4000 run "link down 3 s"  # a run that outlasts the outage, or the fault missed it
 wait
 
 # 2. 1 % loss on both nodes' links.

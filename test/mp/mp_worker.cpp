@@ -312,6 +312,7 @@ void run_die_timed(Communicator& comm) {
     if (how == "segv") {
       rlimit none{0, 0};
       setrlimit(RLIMIT_CORE, &none);  // no core file for a crash on purpose
+      std::signal(SIGSEGV, SIG_DFL);  // nor a backtrace file from a library's handler (libpmix writes *.btr)
       raise(SIGSEGV);
     }
     std::exit(1);  // static destructors run, the communicator's do not
