@@ -570,7 +570,7 @@ long long number_after(const std::string& text, const std::string& label) {
 // the default timeout of 30 minutes (engine/peer_watch.hpp). On emulated nodes of one host, or, with
 // HIERCOLL_TEST_NETNS set (test/cluster/with_cluster.sh, CTest's peer_death_cluster), across network namespaces.
 TEST_CASE("a rank that dies in any phase of any algorithm is named by every survivor within 2 s, whatever the timeout",
-          "[mp][errors][death]") {
+          "[mp][errors][death][quick]") {
   struct Case {
     const char* algo;
     int victim;

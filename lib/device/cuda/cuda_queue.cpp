@@ -28,7 +28,12 @@ CudaQueue::CudaQueue(int device) : device_(device) {
   load_sync_kernels();
   reduce::cuda::load_kernels();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  control_.reserve(64);
+  try {
+    control_.reserve(64);
+  } catch (...) {
+    cudaStreamDestroy(stream_);  // a constructor that throws runs no destructor
+    throw;
+  }
   for (int i = 0; i < 16; ++i) words(control_)[i] = 0;
 }
 

@@ -24,15 +24,18 @@ IpcPeerMemory::IpcPeerMemory(int device, int local_rank, int local_size, int slo
   const size_t bytes = header_bytes() + static_cast<size_t>(slots_) * area_bytes_;
   void* base = nullptr;
   check(cudaMalloc(&base, bytes), "cudaMalloc", "peer memory of " + std::to_string(bytes) + " bytes");
-  bases_[local_rank_] = static_cast<uint8_t*>(base);
   // Every flag starts at generation 0; peers map this only after handle() was published, which follows.
   // A stream of its own, never the whole device: a caller's stream may be waiting for this very operation.
   cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  cudaError_t zeroed = cudaMemsetAsync(base, 0, header_bytes(), stream);
-  if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(stream);
-  cudaStreamDestroy(stream);
-  check(zeroed, "cudaMemsetAsync", "peer memory flags");
+  cudaError_t zeroed = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (zeroed == cudaSuccess) {
+    zeroed = cudaMemsetAsync(base, 0, header_bytes(), stream);
+    if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+  if (zeroed != cudaSuccess) cudaFree(base);  // a constructor that throws runs no destructor
+  check(zeroed, "cudaStreamCreateWithFlags / cudaMemsetAsync", "zeroing the peer memory flags");
+  bases_[local_rank_] = static_cast<uint8_t*>(base);
 }
 
 IpcPeerMemory::~IpcPeerMemory() {
