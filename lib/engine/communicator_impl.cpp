@@ -574,9 +574,7 @@ void CommunicatorImpl::progress_loop() {
         if (stopping_ && (p2p_.empty() || aborted_)) break;
         lock.unlock();
         if (aborted_) {  // halted: point-to-point work still pending fails now
-          const std::string why = halt_reason();
-          endpoint_->cancel_all(why);
-          poll_p2p(true, why);
+          fail_pending_p2p();
           continue;
         }
         endpoint_->progress(std::chrono::milliseconds(1));  // only point-to-point work is pending
@@ -589,11 +587,13 @@ void CommunicatorImpl::progress_loop() {
     run_op(op);
     poll_p2p(false, {});
   }
-  if (aborted_) {
-    const std::string why = halt_reason();
-    endpoint_->cancel_all(why);
-    poll_p2p(true, why);
-  }
+  if (aborted_) fail_pending_p2p();
+}
+
+void CommunicatorImpl::fail_pending_p2p() {
+  const std::string why = halt_reason();
+  endpoint_->cancel_all(why);
+  poll_p2p(true, why);
 }
 
 }  // namespace hiercoll::engine

@@ -108,6 +108,8 @@ class CommunicatorImpl {
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
   void on_collective_failure(base::Failure& failure);
   void poll_p2p(bool all_failed, const std::string& reason);
+  /// Halted: cancels the point-to-point requests still posted; their Works fail with the halt's reason.
+  void fail_pending_p2p();
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);

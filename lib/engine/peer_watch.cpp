@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/log.hpp"
+#include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
 #include "store/socket.hpp"
 
@@ -141,7 +142,7 @@ bool send_frame(int fd, const Frame& frame) {
 class PeerWatch::Impl {
  public:
   Impl(const Options& options, OnFailure on_failure) : options_(options), on_failure_(std::move(on_failure)) {
-    wake_ = Socket(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    wake_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_.valid()) throw SystemError(std::string("peer watch: eventfd: ") + std::strerror(errno));
     heartbeat_every_ = kHeartbeatEvery;
     if (options_.heartbeat_timeout.count() > 0) {
@@ -217,7 +218,7 @@ class PeerWatch::Impl {
     leaving_aborted_ = aborted;
     leaving_ = true;
     uint64_t one = 1;
-    if (::write(wake_.fd(), &one, sizeof one) < 0) { /* the thread polls the flag at least every heartbeat */
+    if (::write(wake_.get(), &one, sizeof one) < 0) { /* the thread polls the flag at least every heartbeat */
     }
     thread_.join();
   }
@@ -296,7 +297,7 @@ class PeerWatch::Impl {
       if (report_ && !reported_) wake_at = std::min(wake_at, report_->due);
       fds.clear();
       polled.clear();
-      fds.push_back({wake_.fd(), POLLIN, 0});
+      fds.push_back({wake_.get(), POLLIN, 0});
       if (listener_.valid()) fds.push_back({listener_.fd(), POLLIN, 0});
       for (Peer* peer : connections()) {
         fds.push_back({peer->sock.fd(), POLLIN, 0});
@@ -309,7 +310,7 @@ class PeerWatch::Impl {
       if (rc <= 0) continue;
       if (fds[0].revents != 0) {
         uint64_t value;
-        while (::read(wake_.fd(), &value, sizeof value) > 0) {
+        while (::read(wake_.get(), &value, sizeof value) > 0) {
         }
       }
       if (listener_.valid() && fds[1].revents != 0) accept_strangers();
@@ -421,7 +422,7 @@ class PeerWatch::Impl {
       why = "it is not a rank of this communicator (wrong magic or token)";
     } else if (f.rank < 1 || f.rank >= options_.size) {
       why = "rank " + std::to_string(f.rank) + " is outside 1.." + std::to_string(options_.size - 1);
-    } else if (peers_[static_cast<size_t>(f.rank)].sock.valid() || peers_[static_cast<size_t>(f.rank)].rank >= 0) {
+    } else if (peers_[static_cast<size_t>(f.rank)].rank >= 0) {  // set at its hello, kept after it is gone
       why = "rank " + std::to_string(f.rank) + " is connected already";
     }
     auto it = std::find_if(strangers_.begin(), strangers_.end(), [&](const Peer& p) { return &p == &stranger; });
@@ -463,23 +464,20 @@ class PeerWatch::Impl {
   // `peer`'s connection is over without a goodbye: the hub tells everyone; a spoke has lost rank 0.
   void lost(Peer& peer, Cause cause) {
     peer.sock.close();
-    if (is_hub()) {
-      Frame death = frame(Type::kDeath);
-      death.rank = peer.rank;
-      death.pid = peer.pid;
-      death.cause = cause;
-      deaths_.push_back(death);
-      std::vector<Peer*> unreachable;
-      for (auto& other : peers_) {
-        if (other.sock.valid() && !send_frame(other.sock.fd(), death)) unreachable.push_back(&other);
-      }
-      report(peer.rank, peer.pid, cause);
-      for (Peer* other : unreachable) {
-        if (other->sock.valid()) lost(*other, Cause::kSilent);  // each is closed before it relays: this ends
-      }
-      return;
-    }
     report(peer.rank, peer.pid, cause);
+    if (!is_hub()) return;
+    Frame death = frame(Type::kDeath);
+    death.rank = peer.rank;
+    death.pid = peer.pid;
+    death.cause = cause;
+    deaths_.push_back(death);
+    std::vector<Peer*> unreachable;
+    for (auto& other : peers_) {
+      if (other.sock.valid() && !send_frame(other.sock.fd(), death)) unreachable.push_back(&other);
+    }
+    for (Peer* other : unreachable) {
+      if (other->sock.valid()) lost(*other, Cause::kSilent);  // each is closed before it relays: this ends
+    }
   }
 
   void report(int rank, uint32_t pid, Cause cause) {
@@ -510,7 +508,7 @@ class PeerWatch::Impl {
   const OnFailure on_failure_;
   uint8_t token_[kTokenBytes] = {};
   std::string contact_;
-  Socket wake_;
+  base::UniqueFd wake_;  // eventfd: leave() wakes the thread
   Socket listener_;
   std::vector<Peer> peers_;  // by rank: the hub's spokes; a spoke's hub at [0]
   std::list<Peer> strangers_;

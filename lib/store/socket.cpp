@@ -33,31 +33,10 @@ addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
 
 }  // namespace
 
-Socket& Socket::operator=(Socket&& other) noexcept {
-  if (this != &other) {
-    close();
-    fd_ = other.release();
-  }
-  return *this;
-}
-
-Socket::~Socket() { close(); }
-
-int Socket::release() {
-  int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void Socket::close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 void Socket::send_all(const void* data, size_t size) {
   auto* bytes = static_cast<const uint8_t*>(data);
   while (size > 0) {
-    ssize_t n = ::send(fd_, bytes, size, MSG_NOSIGNAL);
+    ssize_t n = ::send(fd(), bytes, size, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       throw_errno("store: send");
@@ -72,11 +51,11 @@ void Socket::recv_all(void* data, size_t size, Clock::time_point deadline) {
   while (size > 0) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) throw TimeoutError("store: no reply from the store server in time");
-    pollfd pfd{fd_, POLLIN, 0};
+    pollfd pfd{fd(), POLLIN, 0};
     int rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (rc < 0 && errno != EINTR) throw_errno("store: poll");
     if (rc <= 0) continue;
-    ssize_t n = ::recv(fd_, bytes, size, 0);
+    ssize_t n = ::recv(fd(), bytes, size, 0);
     if (n == 0) throw SystemError("store: the store server closed the connection");
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
@@ -147,7 +126,7 @@ Socket Socket::connect_within(const std::string& ipv4, uint16_t port, std::chron
 uint16_t Socket::local_port() const {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) throw_errno("store: getsockname");
+  if (getsockname(fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) throw_errno("store: getsockname");
   if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
 }

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/unique_fd.hpp"
+
 namespace hiercoll::store {
 
 using Clock = std::chrono::steady_clock;
@@ -13,13 +15,10 @@ class Socket {
  public:
   Socket() = default;
   explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& other) noexcept : fd_(other.release()) {}
-  Socket& operator=(Socket&& other) noexcept;
-  ~Socket();
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release();
-  void close();
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
+  int release() { return fd_.release(); }
+  void close() { fd_.reset(); }
 
   /// Sends all bytes or throws.
   void send_all(const void* data, size_t size);
@@ -36,7 +35,7 @@ class Socket {
   uint16_t local_port() const;
 
  private:
-  int fd_ = -1;
+  base::UniqueFd fd_;
 };
 
 }  // namespace hiercoll::store

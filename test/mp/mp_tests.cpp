@@ -18,6 +18,7 @@
 #include <map>
 #include <regex>
 
+#include "fuzz.hpp"
 #include "launcher.hpp"
 
 using hiercoll::test::launch;
@@ -443,16 +444,8 @@ TEST_CASE("a TCP store fuzzed during collectives leaves them running and correct
       addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
         std::vector<uint8_t> bytes = admitted ? hello : std::vector<uint8_t>();
-        for (int i = 0; i < 20; ++i) {
-          std::vector<uint8_t> f = set;
-          if (i % 2 == 0) {
-            f.resize(rng() % 40);
-            for (auto& b : f) b = static_cast<uint8_t>(rng());
-          } else {
-            f[rng() % f.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
-          }
-          bytes.insert(bytes.end(), f.begin(), f.end());
-        }
+        const std::vector<uint8_t> noise = hiercoll::test::fuzzed_frames(set, 20, rng, 40);
+        bytes.insert(bytes.end(), noise.begin(), noise.end());
         if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) > 0) {
           frames += 20;
           ++connections;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hiercoll/errors.hpp"
+#include "fuzz.hpp"
 #include "raw_client.hpp"
 
 using hiercoll::engine::PeerWatch;
@@ -111,18 +112,8 @@ TEST_CASE("hostile connections to the peer watch change nothing, and the hub goe
     std::vector<std::unique_ptr<RawClient>> open;
     for (int connection = 0; connection < 100; ++connection) {
       open.push_back(std::make_unique<RawClient>(port));
-      std::vector<uint8_t> bytes;
-      for (int i = 0; i < 50; ++i, ++frames) {
-        std::vector<uint8_t> f = valid;
-        if (i % 2 == 0) {
-          f.resize(rng() % 64);
-          for (auto& b : f) b = static_cast<uint8_t>(rng());
-        } else {
-          f[rng() % f.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
-        }
-        bytes.insert(bytes.end(), f.begin(), f.end());
-      }
-      open.back()->try_send(bytes);
+      open.back()->try_send(hiercoll::test::fuzzed_frames(valid, 50, rng, 64));
+      frames += 50;
     }
   }
   // None of it is a failure of the communicator.

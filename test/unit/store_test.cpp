@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hiercoll/errors.hpp"
+#include "fuzz.hpp"
 #include "raw_client.hpp"
 
 using namespace hiercoll;
@@ -153,18 +154,7 @@ TEST_CASE("hostile frames drop their connection and leave the TCP store serving"
   std::vector<uint8_t> valid = frame(1, 3, "abc", 4, {1, 2, 3, 4});
   for (int connection = 0; connection < 50; ++connection) {
     RawClient raw(server.port());
-    std::vector<uint8_t> bytes;
-    for (int i = 0; i < 100; ++i) {
-      std::vector<uint8_t> f = valid;
-      if (i % 2 == 0) {
-        f.resize(rng() % 40);
-        for (auto& b : f) b = static_cast<uint8_t>(rng());
-      } else {
-        f[rng() % f.size()] = static_cast<uint8_t>(rng());
-      }
-      bytes.insert(bytes.end(), f.begin(), f.end());
-    }
-    raw.send(bytes);
+    raw.send(hiercoll::test::fuzzed_frames(valid, 100, rng, 40));
   }
   CHECK(client.get_string("kept") == "intact");
   client.set("after", std::string("fuzz"));
