@@ -137,8 +137,15 @@ sys.exit(0 if all(' 0 failed' in out for out in outputs) else 1)"
     note "no GPU here: benchmarks not run"
     return 1
   fi
-  # 3. Kernel bandwidth as a fraction of a device-to-device copy, same run, same buffers.
+  # 3. Kernel bandwidth as a fraction of a device-to-device copy, same run, same buffers; what one small device
+  #    collective costs the host, call by call, beside NCCL; dist.all_reduce on a CUDA tensor beside NCCL and
+  #    torch's no-op backend.
   step reduce_bandwidth 60 $build/bench/hiercoll_cuda_reduce_bandwidth 256
+  step call_cost 90 $build/bench/hiercoll_cuda_call_cost 2000
+  if [ -n "$py" ] && [ -d $build/python/hiercoll_torch ]; then
+    PYTHONPATH=$PWD/$build/python step torch_call_latency 120 "$py" bench/torch/call_latency.py --device cuda \
+      --backends hiercoll,nccl,fake --sizes 8,64K,1M --calls 1000 --rounds 5
+  fi
   # 4. Allreduce on device buffers (nccl-tests conventions): hiercoll on 1 and 2 ranks sharing the GPU, NCCL
   #    beside it on one rank per GPU (NCCL refuses two ranks on one GPU).
   local n gpus
@@ -149,6 +156,18 @@ sys.exit(0 if all(' 0 failed' in out for out in outputs) else 1)"
   done
   step "allreduce_nccl_$gpus" 90 $build/tools/hiercoll_launch -n "$gpus" --timeout 80 -- \
     $build/bench/allreduce_perf --backend nccl -b 8 -e 256M -f 8 -n 20 -w 5
+  # Ranks sharing the GPU run concurrently under CUDA MPS (time-sliced without it): 2 and 4 ranks, every size
+  # checked. NCCL refuses two ranks on one GPU, so it has no row here.
+  if command -v nvidia-cuda-mps-control > /dev/null && timeout 10 nvidia-cuda-mps-control -d; then
+    sleep 1
+    for n in 2 4; do
+      step "allreduce_hiercoll_cuda_mps_$n" 90 $build/tools/hiercoll_launch -n "$n" --timeout 80 -- \
+        $build/bench/allreduce_perf --backend hiercoll-cuda -b 8 -e 64M -f 4 -n 30 -w 5
+    done
+    echo quit | timeout 10 nvidia-cuda-mps-control || true
+  else
+    note "no CUDA MPS daemon here: ranks sharing the GPU only time-slice; MPS rows not run"
+  fi
   # 5. The ALBERT masked-LM step on the GPU, hiercoll beside NCCL on the same ranks (one per GPU), bf16 autocast.
   local backend
   if [ -x $build/examples/albert_mlm/albert_mlm ] && [ -f "$debs/kjv.txt" ]; then

@@ -25,11 +25,17 @@ class DeviceBackend : public Backend {
     return p;
   }
   void release(void* p) override { cudaFree(p); }
+  // On the collectives' stream, drained before returning. A plain cudaMemcpy from pageable memory may return
+  // before its DMA has landed, and runs on the legacy stream, which the collectives' non-blocking stream does not
+  // wait for: the in-place checks (upload, then the collective at once) read the old contents on an H100 when
+  // ranks ran concurrently under MPS (hundreds of thousands of "wrong" elements, for hiercoll before and after).
   void upload(void* d, const void* h, size_t n) override {
-    check_cuda(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   void download(void* h, const void* d, size_t n) override {
-    check_cuda(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    check_cuda(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
  protected:

@@ -45,8 +45,10 @@ namespace {
 class CudaDevicePath final : public DevicePath {
  public:
   CudaDevicePath(int device, size_t piece_bytes) : device_(device), piece_bytes_(piece_bytes), queue_(device) {
+    DeviceGuard guard(device_);
     flags_.reserve(kFlagWords * sizeof(uint64_t));
     for (int i = 0; i < kFlagWords; ++i) static_cast<volatile uint64_t*>(flags_.data())[i] = 0;
+    follow_event_ = new_event();  // last: a constructor that throws runs no destructor
   }
 
   ~CudaDevicePath() override {
@@ -55,6 +57,8 @@ class CudaDevicePath final : public DevicePath {
     queue_.abort();
     flags_.leak();
     for (cudaEvent_t event : released_) cudaEventDestroy(event);
+    for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+    cudaEventDestroy(follow_event_);
   }
 
   int device() const override { return device_; }
@@ -69,11 +73,10 @@ class CudaDevicePath final : public DevicePath {
                               ": the stream is capturing a CUDA graph; hiercoll collectives are driven by a "
                               "host thread and cannot be captured (issue them outside the capture)");
     }
-    cudaEvent_t event = nullptr;
-    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags", what);
-    cudaError_t err = cudaEventRecord(event, caller);
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(queue_.stream(), event, 0);
-    cudaEventDestroy(event);  // released once the wait above has happened
+    // One event serves every call: cudaStreamWaitEvent takes the work recorded so far, so the event may be
+    // recorded again at the next call (saves an event create and destroy per call, 0.44 us on an H100).
+    cudaError_t err = cudaEventRecord(follow_event_, caller);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(queue_.stream(), follow_event_, 0);
     check(err, "cudaEventRecord",
           what + ": on the caller's stream (is it a stream of device " + std::to_string(device_) + "?)");
   }
@@ -112,13 +115,19 @@ class CudaDevicePath final : public DevicePath {
   EventHandle complete(uint64_t ticket) override {
     DeviceGuard guard(device_);
     {
+      // Events the Works gave back are recorded again: no create and destroy per operation.
       std::lock_guard<std::mutex> lock(released_mutex_);
-      for (cudaEvent_t event : released_) cudaEventDestroy(event);
+      spare_events_.insert(spare_events_.end(), released_.begin(), released_.end());
       released_.clear();
     }
     queue_.signal(flag(kDone).queue_side, ticket, 0);
     cudaEvent_t event = nullptr;
-    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    if (spare_events_.empty()) {
+      event = new_event();
+    } else {
+      event = spare_events_.back();
+      spare_events_.pop_back();
+    }
     cudaError_t recorded = cudaEventRecord(event, queue_.stream());
     if (recorded != cudaSuccess) cudaEventDestroy(event);
     check(recorded, "cudaEventRecord");
@@ -136,7 +145,7 @@ class CudaDevicePath final : public DevicePath {
   }
 
   void release(EventHandle end) override {
-    // No cudaEventDestroy here: on the progress thread it could wait for a driver lock that a caller holds in a
+    // No CUDA call here: on the progress thread it could wait for a driver lock that a caller holds in a
     // blocking copy which waits for an operation only the progress thread can finish. Seen on an H100 as an
     // intermittent hang of the operation after the one whose Work was dropped.
     if (end == nullptr) return;
@@ -165,8 +174,16 @@ class CudaDevicePath final : public DevicePath {
   std::array<device::cuda::PinnedBuffer, algo::kHierBufferSets> network_staging_;
   std::unique_ptr<transport::cuda::IpcPeerMemory> peers_;
   algo::NodeMemory memory_;
+  static cudaEvent_t new_event() {
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return event;
+  }
+
+  cudaEvent_t follow_event_ = nullptr;        // the caller's stream, recorded by follow_caller()
   std::mutex released_mutex_;
-  std::vector<cudaEvent_t> released_;  // given back by Works, destroyed by the next complete()
+  std::vector<cudaEvent_t> released_;       // given back by Works (any thread), reused by the next complete()
+  std::vector<cudaEvent_t> spare_events_;   // complete()'s, on the caller's thread under the device lock
 };
 
 }  // namespace

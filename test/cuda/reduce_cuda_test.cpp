@@ -182,6 +182,30 @@ void run_many_case(DataType type, ReduceOp op, size_t count, int n, bool misalig
   }
 }
 
+// The copy kernel against the bytes it was given: vectors where both ends are aligned, bytes one by one otherwise.
+void run_copy_case(size_t bytes, size_t dst_shift, size_t src_shift, std::mt19937& rng) {
+  std::vector<uint8_t> host(bytes);
+  for (auto& b : host) b = static_cast<uint8_t>(rng());
+  void *d = nullptr, *s = nullptr;
+  check(cudaMalloc(&d, bytes + 16), "cudaMalloc");
+  check(cudaMalloc(&s, bytes + 16), "cudaMalloc");
+  check(cudaMemset(d, 0xAB, bytes + 16), "cudaMemset");
+  check(cudaMemcpy(static_cast<uint8_t*>(s) + src_shift, host.data(), bytes, cudaMemcpyHostToDevice), "copy source");
+  reduce::cuda::copy(static_cast<uint8_t*>(d) + dst_shift, static_cast<uint8_t*>(s) + src_shift, bytes, nullptr);
+  std::vector<uint8_t> got(bytes + 16);
+  check(cudaMemcpy(got.data(), d, bytes + 16, cudaMemcpyDeviceToHost), "copy result");
+  cudaFree(d);
+  cudaFree(s);
+  bool ok = std::memcmp(got.data() + dst_shift, host.data(), bytes) == 0;
+  for (size_t i = 0; i < bytes + 16; ++i) {  // nothing outside the destination is touched
+    if (i < dst_shift || i >= dst_shift + bytes) ok = ok && got[i] == 0xAB;
+  }
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "MISMATCH copy bytes=%zu dst+%zu src+%zu\n", bytes, dst_shift, src_shift);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -210,11 +234,19 @@ int main() {
       const auto type = static_cast<DataType>(t);
       const auto op = static_cast<ReduceOp>(o);
       if (op == ReduceOp::kAvg && !is_floating(type)) continue;
-      for (int n : {1, 2, 3, 8, 17}) {
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {  // every compile-time count, then the run-time kernel
         for (size_t count : {size_t{1}, size_t{4099}, size_t{262147}}) {
           run_many_case(type, op, count, n, count == 4099, rng);
           ++cases;
         }
+      }
+    }
+  }
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{16}, size_t{4099}, size_t{262147}}) {
+    for (size_t dst_shift : {size_t{0}, size_t{1}}) {
+      for (size_t src_shift : {size_t{0}, size_t{3}}) {
+        run_copy_case(bytes, dst_shift, src_shift, rng);
+        ++cases;
       }
     }
   }

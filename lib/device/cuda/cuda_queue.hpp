@@ -54,10 +54,11 @@ class CudaQueue final : public Queue {
 
   int device_;
   cudaStream_t stream_ = nullptr;
-  PinnedBuffer control_;                        // [0..2] status words (see sync_kernels.cuh), [4] abort word
+  PinnedBuffer control_;  // uint32 [0..2] status words (see sync_kernels.cuh), [4] abort word, [8..9] write probe
   std::mutex mutex_;                            // guards wait_names_: check_status() runs on the progress thread
   std::map<uint32_t, std::string> wait_names_;  // what each wait was for, to name a failed one
   uint32_t next_wait_ = 1;
+  void* write_value_ = nullptr;  // cuStreamWriteValue64 where the driver offers it: signals without a kernel
 };
 
 }  // namespace hiercoll::device::cuda

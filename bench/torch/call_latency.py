@@ -1,0 +1,105 @@
+"""Per-call cost of `dist.all_reduce` as users call it, for several backends side by side in one run: each backend
+gets a process group of its own over the same ranks (`dist.new_group`), and the backends take turns, round by
+round, on the same tensors. `fake` is torch's no-op backend (torch.testing._internal.distributed.fake_pg): what
+torch itself costs per call, the floor under every backend.
+
+    # one process (a GPU, or one CPU rank)
+    PYTHONPATH=build/python python bench/torch/call_latency.py --device cuda --backends hiercoll,nccl,fake
+    # several ranks
+    PYTHONPATH=build/python torchrun --nproc-per-node 2 bench/torch/call_latency.py --backends hiercoll,gloo,fake
+
+Reports, per backend and size, the median over `--rounds` rounds of the mean microseconds per call of a blocking
+`dist.all_reduce` (float32 sum, in place); on CUDA tensors the round ends with torch.cuda.synchronize(), so device
+time that the calls do not hide is counted. Prints a table and one JSON line per cell. A benchmark: it checks only
+that the first call of each backend gives the right sum.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("B")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def make_group(backend):
+    if backend == "fake":
+        # Registers the "fake" backend, whose collectives return at once without touching the tensors.
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401
+    elif backend == "hiercoll":
+        import hiercoll_torch  # noqa: F401
+    return dist.new_group(backend=backend)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="hiercoll,gloo,fake")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--sizes", default="8,1K,64K,1M", help="bytes per rank, comma-separated (K, M suffixes)")
+    parser.add_argument("--calls", type=int, default=1000, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29541")
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    # The default group only runs the benchmark's own barriers; each measured backend has a group of its own.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    backends = args.backends.split(",")
+    groups = {b: make_group(b) for b in backends}
+    device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    results = {}
+    for nbytes in sizes:
+        tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        for backend in backends:  # the first call of each: a check, and the warm-up
+            tensor.fill_(1)
+            dist.all_reduce(tensor, group=groups[backend])
+            sync()
+            expected = 1.0 if backend == "fake" else float(size)
+            if tensor[0].item() != expected:
+                raise SystemExit(f"{backend}: all_reduce gave {tensor[0].item()}, expected {expected}")
+            for _ in range(20):
+                dist.all_reduce(tensor, group=groups[backend])
+            sync()
+        for _ in range(args.rounds):
+            for backend in backends:
+                tensor.fill_(0)  # sums of zeros stay zero however many calls run
+                dist.barrier()
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    dist.all_reduce(tensor, group=groups[backend])
+                sync()
+                elapsed = time.perf_counter() - t0
+                results.setdefault((nbytes, backend), []).append(elapsed / args.calls * 1e6)
+
+    if rank == 0:
+        print(f"# dist.all_reduce, float32 sum in place, {size} rank(s), {args.device}: microseconds per call, "
+              f"median of {args.rounds} alternated rounds of {args.calls} calls; torch {torch.__version__}")
+        print("bytes".rjust(10) + "".join(b.rjust(12) for b in backends))
+        for nbytes in sizes:
+            print(str(nbytes).rjust(10) + "".join(f"{statistics.median(results[(nbytes, b)]):12.2f}" for b in backends))
+        for (nbytes, backend), rounds in results.items():
+            print(json.dumps({"bytes": nbytes, "backend": backend, "device": args.device, "ranks": size,
+                              "us_per_call": round(statistics.median(rounds), 3),
+                              "rounds": [round(r, 3) for r in rounds]}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
