@@ -24,21 +24,22 @@ def run(cmd, env=None):
 
 
 def rows(output):
-    """Rows of a *_perf table: size, algo, time (µs), busbw and in-place busbw (GB/s), wrong results."""
+    """Rows of a *_perf table: size, algo, time and in-place time (µs), busbw and in-place busbw (GB/s), wrong
+    results."""
     result = []
     for line in output.splitlines():
         if line.startswith("#") or not line.strip():
             continue
         f = line.split()
         result.append({"size": int(f[0]), "algo": f[5], "time": float(f[6]), "busbw": float(f[8]),
-                       "busbw_ip": float(f[12]), "wrong": int(f[9]) + int(f[13])})
+                       "time_ip": float(f[10]), "busbw_ip": float(f[12]), "wrong": int(f[9]) + int(f[13])})
     return result
 
 
-def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None):
-    """<collective>_perf started by hiercoll_launch: 4 ranks on loopback, or layout = (nodes, ranks per node) on the
-    emulated cluster (which must be up). `env`: NAME=VALUE for every rank."""
-    nodes, per_node = layout or (1, 4)
+def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
+    """<collective>_perf started by hiercoll_launch: `ranks` ranks on loopback, or layout = (nodes, ranks per node) on
+    the emulated cluster (which must be up). `env`: NAME=VALUE for every rank."""
+    nodes, per_node = layout or (1, ranks)
     cmd = [LAUNCH, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
            "-x", "HIERCOLL_FABRIC_PROVIDER=tcp"]
     cmd += ["--netns", "hc"] if layout else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]

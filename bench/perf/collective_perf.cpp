@@ -1,12 +1,13 @@
 // nccl-tests-style benchmark, one binary per collective (allreduce_perf, reduce_scatter_perf,
 // allgather_perf, broadcast_perf), any backend through the same harness:
 //   allreduce_perf [--backend hiercoll|mpi|gloo|nccl] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP -c CHECK
-//                  -o sum|prod|min|max -d float|double|int32 -r ROOT
+//                  -o sum|prod|min|max -d float|double|int32 -r ROOT -B 0|1
 // Rank 0 prints per size: size(B) count type redop root algo | out-of-place time(us) algbw busbw #wrong |
 // in-place (same). size is the whole buffer (all ranks' parts for reduce_scatter / allgather);
 // algbw = size / time; busbw = algbw x factor: allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n,
 // broadcast 1. Times are per iteration, averaged over ranks; checks use fresh inputs whose exact result
-// does not depend on the reduction order, so #wrong must be 0.
+// does not depend on the reduction order, so #wrong must be 0. -B 1 times blocking calls (each waited for before the
+// next is issued: what a caller that needs the result pays), not back-to-back issues drained at the end.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,7 @@ struct Args {
   size_t min_bytes = 8, max_bytes = 64 << 20;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, root = 0;
+  bool blocking = false;
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
 };
@@ -75,6 +77,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "-w") args.warmup = std::atoi(value.c_str());
     else if (flag == "-c") args.check = std::atoi(value.c_str());
     else if (flag == "-r") args.root = std::atoi(value.c_str());
+    else if (flag == "-B") args.blocking = std::atoi(value.c_str()) != 0;
     else if (flag == "-d") {
       if (value == "float") args.type = DataType::kFloat32;
       else if (value == "double") args.type = DataType::kFloat64;
@@ -87,7 +90,7 @@ Args parse(int argc, char** argv) {
       else if (value == "max") args.op = ReduceOp::kMax;
       else throw InvalidUsageError("-o " + value + ": supported are sum, prod, min, max");
     } else {
-      throw InvalidUsageError("unknown flag " + flag + " (flags: --backend -b -e -f -n -w -c -o -d -r)");
+      throw InvalidUsageError("unknown flag " + flag + " (flags: --backend -b -e -f -n -w -c -o -d -r -B)");
     }
   }
   if (args.factor <= 1) throw InvalidUsageError("-f must be > 1");
@@ -256,7 +259,10 @@ class Runner {
         b_.sync();
         average(0);  // line the ranks up before timing
         auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < args_.iters; ++i) issue(in, out, s, in_place);
+        for (int i = 0; i < args_.iters; ++i) {
+          issue(in, out, s, in_place);
+          if (args_.blocking) b_.sync();
+        }
         b_.sync();
         seconds[in_place] =
             average(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / args_.iters);

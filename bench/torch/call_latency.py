@@ -44,7 +44,8 @@ def main():
     parser.add_argument("--backends", default="hiercoll,gloo,fake")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--sizes", default="8,1K,64K,1M", help="bytes per rank, comma-separated (K, M suffixes)")
-    parser.add_argument("--calls", type=int, default=1000, help="calls per round")
+    parser.add_argument("--calls", type=int, default=1000,
+                        help="calls per round up to 64 KB; fewer above, in proportion to the size (10 at least)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
@@ -65,6 +66,7 @@ def main():
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = {}
     for nbytes in sizes:
+        calls = max(10, args.calls * (64 << 10) // max(64 << 10, nbytes))
         tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
         for backend in backends:  # the first call of each: a check, and the warm-up
             tensor.fill_(1)
@@ -82,15 +84,15 @@ def main():
                 dist.barrier()
                 sync()
                 t0 = time.perf_counter()
-                for _ in range(args.calls):
+                for _ in range(calls):
                     dist.all_reduce(tensor, group=groups[backend])
                 sync()
                 elapsed = time.perf_counter() - t0
-                results.setdefault((nbytes, backend), []).append(elapsed / args.calls * 1e6)
+                results.setdefault((nbytes, backend), []).append(elapsed / calls * 1e6)
 
     if rank == 0:
         print(f"# dist.all_reduce, float32 sum in place, {size} rank(s), {args.device}: microseconds per call, "
-              f"median of {args.rounds} alternated rounds of {args.calls} calls; torch {torch.__version__}")
+              f"median of {args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); torch {torch.__version__}")
         print("bytes".rjust(10) + "".join(b.rjust(12) for b in backends))
         for nbytes in sizes:
             print(str(nbytes).rjust(10) + "".join(f"{statistics.median(results[(nbytes, b)]):12.2f}" for b in backends))

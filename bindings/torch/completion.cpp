@@ -37,7 +37,10 @@ int WorkHiercoll::sourceRank() const {
 }
 
 bool WorkHiercoll::wait(std::chrono::milliseconds timeout) {
-  if (stream_ordered_.empty()) return c10d::Work::wait(timeout);
+  if (stream_ordered_.empty()) {
+    if (completion_ != nullptr && !isCompleted()) completion_->wait_in_caller(*this, timeout);
+    return c10d::Work::wait(timeout);  // completed by now (rethrows its error), or by the completion thread
+  }
   try {
     for (auto& work : stream_ordered_) work.wait();
   } catch (...) {
@@ -65,6 +68,10 @@ struct CompletionThread::State {
   struct Waiting {
     Pending pending;
     size_t unfinished;  // operations still running, plus one until add() has registered every callback
+    WorkHiercoll* handle = nullptr;  // pending.handle, also once a caller has taken `pending`
+    bool caller_waits = false;       // a thread is in WorkHiercoll::wait for it: it settles the call
+    bool finished = false;           // every operation finished while a caller waited
+    bool claimed = false;            // the caller took `pending`; the entry only waits for its last callback
   };
 
   mutable std::mutex mutex;
@@ -87,13 +94,28 @@ struct CompletionThread::State {
 
   bool nothing_pending() const { return waiting.empty() && ready.empty(); }
 
+  // Drops a call's entry. A claimed call's handle may be gone by then (its caller settled it): not touched.
+  void forget(std::list<Waiting>::iterator call) {
+    if (call->handle != nullptr) call->handle->call_ = nullptr;
+    waiting.erase(call);
+  }
+
   // One operation of the call at `call` finished. Notifies under the lock: once `waiting` is empty the
   // CompletionThread may be destroyed, and nothing here may touch it after that.
   void operation_finished(std::list<Waiting>::iterator call) {
     std::lock_guard<std::mutex> lock(mutex);
     if (--call->unfinished > 0) return;
+    if (call->claimed) {  // its caller settles it
+      forget(call);
+      idle.notify_all();
+      return;
+    }
+    if (call->caller_waits) {  // its caller will claim it when it wakes
+      call->finished = true;
+      return;
+    }
     ready.push_back(std::move(call->pending));
-    waiting.erase(call);
+    forget(call);
     wake.notify_all();
   }
 };
@@ -153,23 +175,98 @@ CompletionThread::~CompletionThread() {
   for (auto& runner : s.runners) runner.join();  // after completing what is left
   std::lock_guard<std::mutex> lock(s.mutex);
   // Exiting with calls unsettled: their callbacks may still fire, and the calls hold futures whose Python
-  // callbacks must not be released now (see quiesce). Keep the state for the rest of the process.
+  // callbacks must not be released now (see quiesce). Keep the state for the rest of the process, and let no
+  // Work's wait() come back to this object.
+  for (auto& call : s.waiting) {
+    if (call.handle != nullptr) call.handle->completion_ = nullptr;
+  }
+  for (auto& pending : s.ready) pending.handle->completion_ = nullptr;
   if (!s.nothing_pending()) new std::shared_ptr<State>(state_);
 }
 
 void CompletionThread::add(Pending pending) {
   State& s = *state_;
   std::list<State::Waiting>::iterator call;
+  // Coalesced calls and stream-ordered ones are settled here only; the others by their caller where it can.
+  const bool callers = pending.members.empty() && !pending.handle->stream_ordered();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     const size_t operations = pending.works.size();
-    call = s.waiting.insert(s.waiting.end(), State::Waiting{std::move(pending), operations + 1});
+    WorkHiercoll* handle = pending.handle.get();
+    call = s.waiting.insert(s.waiting.end(), State::Waiting{std::move(pending), operations + 1, handle});
+    if (callers) {
+      handle->completion_ = this;
+      handle->call_ = &*call;
+    }
   }
   // The call cannot become ready (and leave `waiting`) before the last line: its own count holds it.
   for (const auto& work : call->pending.works) {
     work.on_completion([state = state_, call] { state->operation_finished(call); });
   }
+  if (callers) {
+    // Every operation finished already (a small allreduce run on the caller's thread): settle it here.
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (call->unfinished == 1) {
+      Pending mine = std::move(call->pending);
+      s.forget(call);
+      lock.unlock();
+      settle_here(mine);
+      return;
+    }
+  }
   s.operation_finished(call);
+}
+
+bool CompletionThread::wait_in_caller(WorkHiercoll& handle, std::chrono::milliseconds timeout) {
+  State& s = *state_;
+  std::vector<hiercoll::Work> works;
+  std::list<State::Waiting>::iterator call;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (handle.call_ == nullptr) return false;  // handed to this thread already
+    call = std::find_if(s.waiting.begin(), s.waiting.end(), [&](const State::Waiting& w) { return &w == handle.call_; });
+    if (call == s.waiting.end() || call->claimed || call->caller_waits) return false;
+    call->caller_waits = true;
+    works = call->pending.works;
+  }
+  // hiercoll's own completion: the progress thread finishes an operation and wakes this thread directly.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool done = true;
+  for (const auto& work : works) {
+    if (timeout.count() <= 0) {
+      while (!work.wait_for(std::chrono::seconds(1))) {
+      }
+    } else {
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+      if (!work.wait_for(std::max(left, std::chrono::microseconds(0)))) {
+        done = false;
+        break;
+      }
+    }
+  }
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!done) {  // timed out: the call goes back to the completion thread, and c10d's wait reports the timeout
+    call->caller_waits = false;
+    if (call->finished) {
+      s.ready.push_back(std::move(call->pending));
+      s.forget(call);
+      s.wake.notify_all();
+    }
+    return false;
+  }
+  Pending mine = std::move(call->pending);
+  call->claimed = true;
+  handle.call_ = nullptr;
+  call->handle = nullptr;
+  if (call->finished) s.forget(call);  // else its last callback, about to run, lets the entry go
+  lock.unlock();
+  settle_here(mine);
+  return true;
+}
+
+void CompletionThread::settle_here(Pending& pending) {
+  std::exception_ptr error = settle(pending);
+  pending.handle->complete(error);  // runs the future's callbacks on this thread, as a runner would
 }
 
 void CompletionThread::drain() {

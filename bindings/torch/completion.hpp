@@ -40,8 +40,16 @@ struct CallTensors {
   }
 };
 
+class CompletionThread;
+
 /// The c10d Work of one call: completes, together with its future (what DDP comm hooks wait on), once
 /// every hiercoll operation behind the call finished and the results are in the caller's tensors.
+///
+/// Who completes it: the calling thread where it can (the operations finished before the call returned, or a
+/// thread is in wait() when they finish: it waits on hiercoll's own completion and settles the call itself), the
+/// CompletionThread otherwise (async calls nobody waits for yet, coalesced calls). Handing a finished call to
+/// another thread and back cost 40-100 us per blocking call on 2 cores (issue 32); a blocking call now crosses
+/// one thread at most, the progress thread's.
 class WorkHiercoll : public c10d::Work {
  public:
   WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors = {});
@@ -64,11 +72,15 @@ class WorkHiercoll : public c10d::Work {
   void complete(std::exception_ptr error);
 
  private:
+  friend class CompletionThread;
   std::vector<at::Tensor> outputs_;
   CallTensors tensors_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::vector<hiercoll::Work> stream_ordered_;
   std::optional<hiercoll::Work> receive_;
+  // Set by CompletionThread::add for a call its caller may settle (guarded by the thread's state mutex).
+  CompletionThread* completion_ = nullptr;
+  void* call_ = nullptr;  // its entry among the calls still running, while it is there
 };
 
 /// One thread per process group that turns finished hiercoll operations into completed c10d Works. It sleeps
@@ -93,7 +105,13 @@ class CompletionThread {
   CompletionThread();
   /// Waits for every pending call (each bounded by the communicator's timeout).
   ~CompletionThread();
+  /// Takes a call just issued. A call whose operations all finished already is settled and completed here, on
+  /// the calling thread, before this returns.
   void add(Pending pending);
+  /// WorkHiercoll::wait on host work: waits for the call's operations through hiercoll (not for this thread),
+  /// then settles and completes the call on the calling thread. False if the call is not the caller's to settle
+  /// (this thread has it already); c10d's wait then waits for that.
+  bool wait_in_caller(WorkHiercoll& handle, std::chrono::milliseconds timeout);
   /// Blocks until every call added so far has settled (c10d's waitForPendingWorks).
   void drain();
   /// What the first failed call failed with, if one did (c10d's getError).
@@ -110,6 +128,8 @@ class CompletionThread {
   void run();
   /// Copies results out and says how the call ended; the watching thread calls it. `complete` is for a runner.
   std::exception_ptr settle(Pending& pending);
+  /// settle() and complete() on the calling thread (a call its caller claimed).
+  void settle_here(Pending& pending);
   void complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error);
   void run_runner();
 
