@@ -102,7 +102,9 @@ TEST_CASE("hostile connections to the peer watch change nothing, and the hub goe
     INFO(h.what);
     RawClient raw(port);
     raw.try_send(h.bytes);
-    CHECK(raw.closed_by_server(5s));
+    // A frame cut short is dropped when the hub's 5 s for a stranger's hello run out: wait well past them (the
+    // others are dropped at once). Waiting exactly 5 s failed in CI under load.
+    CHECK(raw.closed_by_server(12s));
   }
   // Thousands of random and mutated frames over many connections, more at once than the hub holds strangers.
   std::mt19937 rng(4321);
