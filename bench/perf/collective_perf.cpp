@@ -1,18 +1,24 @@
 // nccl-tests-style benchmark, one binary per collective (allreduce_perf, reduce_scatter_perf,
 // allgather_perf, broadcast_perf), any backend through the same harness:
 //   allreduce_perf [--backend hiercoll|mpi|gloo|nccl] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP -c CHECK
-//                  -o sum|prod|min|max -d float|double|int32 -r ROOT -B 0|1
+//                  -o sum|prod|min|max -d float|double|int32 -r ROOT -B 0|1 -L MS
 // Rank 0 prints per size: size(B) count type redop root algo | out-of-place time(us) algbw busbw #wrong |
 // in-place (same). size is the whole buffer (all ranks' parts for reduce_scatter / allgather);
 // algbw = size / time; busbw = algbw x factor: allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n,
 // broadcast 1. Times are per iteration, averaged over ranks; checks use fresh inputs whose exact result
 // does not depend on the reduction order, so #wrong must be 0. -B 1 times blocking calls (each waited for before the
 // next is issued: what a caller that needs the result pays), not back-to-back issues drained at the end.
+// -L MS measures what waiting costs instead: rank 0 sleeps MS milliseconds before each call, and the other ranks,
+// waiting for it inside the collective, report the CPU time their processes used per second of wall time (all
+// threads: callers, progress threads, the library's helpers). Rank 0 prints one line per size.
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend.hpp"
@@ -43,6 +49,7 @@ struct Args {
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, root = 0;
   bool blocking = false;
+  int late_ms = 0;
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
 };
@@ -78,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "-c") args.check = std::atoi(value.c_str());
     else if (flag == "-r") args.root = std::atoi(value.c_str());
     else if (flag == "-B") args.blocking = std::atoi(value.c_str()) != 0;
+    else if (flag == "-L") args.late_ms = std::atoi(value.c_str());
     else if (flag == "-d") {
       if (value == "float") args.type = DataType::kFloat32;
       else if (value == "double") args.type = DataType::kFloat64;
@@ -90,7 +98,7 @@ Args parse(int argc, char** argv) {
       else if (value == "max") args.op = ReduceOp::kMax;
       else throw InvalidUsageError("-o " + value + ": supported are sum, prod, min, max");
     } else {
-      throw InvalidUsageError("unknown flag " + flag + " (flags: --backend -b -e -f -n -w -c -o -d -r -B)");
+      throw InvalidUsageError("unknown flag " + flag + " (flags: --backend -b -e -f -n -w -c -o -d -r -B -L)");
     }
   }
   if (args.factor <= 1) throw InvalidUsageError("-f must be > 1");
@@ -232,7 +240,50 @@ class Runner {
     return sum / n_;
   }
 
+  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size.
+  int run_late() {
+    const size_t elem = dtype_size(args_.type);
+    if (n_ < 2) throw InvalidUsageError("-L needs at least 2 ranks");
+    if (r_ == 0) {
+      std::printf("# hiercoll %s %s_perf -L %d, backend %s: %d ranks; rank 0 sleeps %d ms before each of %d calls\n",
+                  version(), collective_name(), args_.late_ms, b_.name().c_str(), n_, args_.late_ms, args_.iters);
+      std::printf("#%11s %12s %18s\n", "size(B)", "count", "wait CPU-s/s");
+    }
+    for (size_t bytes = args_.min_bytes; bytes <= args_.max_bytes;
+         bytes = std::max(bytes + elem, static_cast<size_t>(static_cast<double>(bytes) * args_.factor))) {
+      Shape s = shape_for(bytes / elem, n_);
+      if (s.total_count == 0) continue;
+      void* in = b_.allocate(std::max(s.in_count, s.out_count) * elem);
+      void* out = b_.allocate(std::max(s.in_count, s.out_count) * elem);
+      fill(in, s);
+      for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, false);
+      b_.sync();
+      average(0);
+      timespec cpu0{}, cpu1{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < args_.iters; ++i) {
+        if (r_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.late_ms));
+        issue(in, out, s, false);
+        b_.sync();
+      }
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double cpu = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
+      // The mean over the waiting ranks (rank 0 contributes nothing to the sum).
+      const double waiting = average(r_ == 0 ? 0.0 : cpu / wall) * n_ / (n_ - 1);
+      b_.release(in);
+      b_.release(out);
+      if (r_ == 0) {
+        std::printf("%12zu %12zu %18.4f\n", s.total_count * elem, s.total_count, waiting);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  }
+
   int run() {
+    if (args_.late_ms > 0) return run_late();
     const size_t elem = dtype_size(args_.type);
     if (r_ == 0) {
       std::printf("# hiercoll %s %s_perf, backend %s: %d ranks, %s %s, iters %d warmup %d\n", version(),

@@ -1,6 +1,12 @@
 #include "device/host_queue.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstring>
+#include <ctime>
 #include <thread>
 
 #include "hiercoll/errors.hpp"
@@ -10,20 +16,68 @@ namespace hiercoll::device {
 
 namespace {
 
-// Spins briefly, then sleeps, until `reached()` or the context's deadline or abort. `local_rank` names whom a
-// timeout waited for (-1: the host half of the operation).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the low half of a flag's generation");
+
+// Sleeping on a flag (see queue.hpp): futex(2) on the low 32 bits of word 0, which every signal changes, with word
+// 2 counting the sleepers so that a signal makes a system call only when someone sleeps. Shared futexes (no
+// FUTEX_PRIVATE_FLAG): the flags are in shared memory and the ranks are processes.
+std::atomic<uint32_t>& sleepers(uint64_t* flag) { return *reinterpret_cast<std::atomic<uint32_t>*>(flag + 2); }
+
+void futex_wait(uint64_t* flag, uint32_t expected, std::chrono::nanoseconds timeout) {
+  const timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(flag), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(uint64_t* flag) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(flag), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Spinning, yielding the core, this long before sleeping: a peer's signal is often microseconds away.
+constexpr std::chrono::microseconds kSpin{20};
+// A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
+constexpr std::chrono::milliseconds kSleepSlice{10};
+
+// Until flag word 0 reaches `generation`, the context's deadline or abort: spins briefly, then sleeps in the
+// kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
+void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank) {
+  auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
+  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  while (!reached()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (context.aborted->load(std::memory_order_relaxed)) {
+      throw RemoteError(context.what + ": the communicator was aborted");
+    }
+    if (now >= context.deadline) {
+      throw TimeoutError(context.what + ": local rank " + std::to_string(local_rank) +
+                         " never reached this step (did it die, or call another operation?)");
+    }
+    if (now < spin_until) {
+      std::this_thread::yield();
+      continue;
+    }
+    // Counted as a sleeper first, then the generation read again (both sequentially consistent, as the signaller's
+    // store and load): either this thread sees the new generation, or the signaller sees the sleeper and wakes it.
+    sleepers(flag).fetch_add(1, std::memory_order_seq_cst);
+    const uint64_t seen = flag_word(flag, 0).load(std::memory_order_seq_cst);
+    if (seen < generation) {
+      const auto left = std::min<std::chrono::nanoseconds>(context.deadline - now, kSleepSlice);
+      futex_wait(flag, static_cast<uint32_t>(seen), std::max(left, std::chrono::nanoseconds(1000)));
+    }
+    sleepers(flag).fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+// host_wait's flags (HostFlag) need not have a sleeper word: spins, then sleeps in short steps.
 template <class Reached>
-void poll(const WaitContext& context, Reached reached, int local_rank) {
-  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+void poll(const WaitContext& context, Reached reached) {
+  auto spin_until = std::chrono::steady_clock::now() + kSpin;
   while (!reached()) {
     auto now = std::chrono::steady_clock::now();
     if (context.aborted->load(std::memory_order_relaxed)) {
       throw RemoteError(context.what + ": the communicator was aborted");
     }
     if (now >= context.deadline) {
-      const std::string who = local_rank < 0 ? "the queue" : "local rank " + std::to_string(local_rank);
-      throw TimeoutError(context.what + ": " + who +
-                         " never reached this step (did it die, or call another operation?)");
+      throw TimeoutError(context.what + ": the queue never reached this step (did it die, or call another operation?)");
     }
     if (now < spin_until) {
       std::this_thread::yield();
@@ -51,14 +105,14 @@ void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {
 
 void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) {
   flag_word(flag, 1).store(signature, std::memory_order_relaxed);
-  flag_word(flag, 0).store(generation, std::memory_order_release);
+  flag_word(flag, 0).store(generation, std::memory_order_seq_cst);  // release, and ordered before the load below
+  if (sleepers(flag).load(std::memory_order_seq_cst) != 0) futex_wake(flag);
 }
 
 void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                      const WaitContext& context) {
   for (int k = 0; k < flag_count; ++k) {
-    poll(
-        context, [&] { return flag_word(flags[k], 0).load(std::memory_order_acquire) >= generation; }, k);
+    wait_flag(flags[k], generation, context, k);
     // The generation was published after the signature (release/acquire): this read sees this step's.
     if (signature != 0 && flag_word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
       throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +
@@ -68,8 +122,7 @@ void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
 }
 
 void HostQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) {
-  poll(
-      context, [&] { return flag_word(flag.host_side, 0).load(std::memory_order_acquire) >= value; }, -1);
+  poll(context, [&] { return flag_word(flag.host_side, 0).load(std::memory_order_acquire) >= value; });
 }
 
 }  // namespace hiercoll::device

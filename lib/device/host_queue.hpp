@@ -1,6 +1,7 @@
 #pragma once
-// HostQueue: the Queue of host memory. Each call runs at once on the calling thread; flag waits (and
-// host_wait) spin briefly, then sleep, until the deadline.
+// HostQueue: the Queue of host memory. Each call runs at once on the calling thread. Flag waits spin briefly,
+// then sleep in the kernel (futex) until the signal that reaches them wakes them, so a rank waiting for a late
+// peer costs no CPU; host_wait spins, then sleeps in short steps.
 #include "device/queue.hpp"
 
 namespace hiercoll::device {

@@ -5,7 +5,8 @@
 // CUDA stream (device memory, CUDA-IPC-mapped peer memory, pinned host memory).
 //
 // Flags are two 64-bit words in memory every local rank can address: [0] a generation that only grows,
-// [1] the signature of the operation that wrote it. They order work between ranks of a node without a
+// [1] the signature of the operation that wrote it. Each flag that signal() and wait() take has a cache line of its
+// own (64 bytes, 64-byte aligned): HostQueue counts the threads asleep on it in [2]. They order work between ranks of a node without a
 // host round trip on the device: signal() publishes after all earlier work, wait() holds back later work.
 #include <atomic>
 #include <chrono>
