@@ -9,8 +9,8 @@
 // does not depend on the reduction order, so #wrong must be 0. -B 1 times blocking calls (each waited for before the
 // next is issued: what a caller that needs the result pays), not back-to-back issues drained at the end.
 // -L MS measures what waiting costs instead: rank 0 sleeps MS milliseconds before each call, and the other ranks,
-// waiting for it inside the collective, report the CPU time their processes used per second of wall time (all
-// threads: callers, progress threads, the library's helpers). Rank 0 prints one line per size.
+// waiting for it inside the collective, report the CPU time their processes used per second of that waiting (all
+// threads: callers, progress threads, the library's helpers), beside the CPU one call costs when nobody is late.
 #include <time.h>
 
 #include <chrono>
@@ -240,14 +240,37 @@ class Runner {
     return sum / n_;
   }
 
-  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size.
+  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size. Each size runs twice: with
+  // rank 0 on time (what the operation itself costs in CPU) and with rank 0 late; the waiting cost is the difference
+  // in CPU time over the difference in wall time, so the transfer's own work is not counted as waiting.
+  struct Usage {
+    double cpu, wall;  // seconds, this process
+  };
+  Usage timed_calls(void* in, void* out, const Shape& s, int late_ms) {
+    for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, false);
+    b_.sync();
+    average(0);
+    timespec cpu0{}, cpu1{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < args_.iters; ++i) {
+      if (r_ == 0 && late_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
+      issue(in, out, s, false);
+      b_.sync();
+    }
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+    return {(cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  }
+
   int run_late() {
     const size_t elem = dtype_size(args_.type);
     if (n_ < 2) throw InvalidUsageError("-L needs at least 2 ranks");
     if (r_ == 0) {
       std::printf("# hiercoll %s %s_perf -L %d, backend %s: %d ranks; rank 0 sleeps %d ms before each of %d calls\n",
                   version(), collective_name(), args_.late_ms, b_.name().c_str(), n_, args_.late_ms, args_.iters);
-      std::printf("#%11s %12s %18s\n", "size(B)", "count", "wait CPU-s/s");
+      std::printf("# waiting ranks (mean): CPU per call with rank 0 on time, and CPU-seconds per second of waiting\n");
+      std::printf("#%11s %12s %14s %18s\n", "size(B)", "count", "op CPU(ms)", "wait CPU-s/s");
     }
     for (size_t bytes = args_.min_bytes; bytes <= args_.max_bytes;
          bytes = std::max(bytes + elem, static_cast<size_t>(static_cast<double>(bytes) * args_.factor))) {
@@ -256,26 +279,16 @@ class Runner {
       void* in = b_.allocate(std::max(s.in_count, s.out_count) * elem);
       void* out = b_.allocate(std::max(s.in_count, s.out_count) * elem);
       fill(in, s);
-      for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, false);
-      b_.sync();
-      average(0);
-      timespec cpu0{}, cpu1{};
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < args_.iters; ++i) {
-        if (r_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(args_.late_ms));
-        issue(in, out, s, false);
-        b_.sync();
-      }
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double cpu = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
-      // The mean over the waiting ranks (rank 0 contributes nothing to the sum).
-      const double waiting = average(r_ == 0 ? 0.0 : cpu / wall) * n_ / (n_ - 1);
+      const Usage on_time = timed_calls(in, out, s, 0), late = timed_calls(in, out, s, args_.late_ms);
+      const double op_ms = on_time.cpu / args_.iters * 1e3;
+      const double waiting = std::max(0.0, late.cpu - on_time.cpu) / std::max(1e-9, late.wall - on_time.wall);
+      // Means over the waiting ranks (rank 0 contributes nothing to the sums).
+      const double scale = static_cast<double>(n_) / (n_ - 1);
+      const double op_mean = average(r_ == 0 ? 0.0 : op_ms) * scale, wait_mean = average(r_ == 0 ? 0.0 : waiting) * scale;
       b_.release(in);
       b_.release(out);
       if (r_ == 0) {
-        std::printf("%12zu %12zu %18.4f\n", s.total_count * elem, s.total_count, waiting);
+        std::printf("%12zu %12zu %14.3f %18.4f\n", s.total_count * elem, s.total_count, op_mean, wait_mean);
         std::fflush(stdout);
       }
     }

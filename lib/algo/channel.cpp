@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "base/spin.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::algo {
@@ -88,8 +89,11 @@ void check_request(const transport::Request& request, int world_peer, const std:
 
 void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int world_peer, Clock::time_point deadline,
                   const std::string& what, const std::atomic<bool>& aborted) {
-  // Spin briefly (a reply is often microseconds away), then sleep in the provider between completions.
-  auto spin_until = Clock::now() + std::chrono::microseconds(50);
+  // Spin briefly while replies have lately come within microseconds, then sleep in the provider between completions.
+  thread_local base::AdaptiveSpin spin{std::chrono::microseconds(50)};
+  if (request->done()) return check_request(*request, world_peer, what);
+  const auto started = Clock::now();
+  const auto spin_until = started + spin.budget();
   while (!request->done()) {
     auto now = Clock::now();
     if (aborted.load(std::memory_order_relaxed)) throw RemoteError(what + ": the communicator was aborted");
@@ -99,6 +103,7 @@ void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int 
     }
     endpoint.progress(now < spin_until ? std::chrono::microseconds(0) : std::chrono::microseconds(2000));
   }
+  spin.record(Clock::now() - started);
   check_request(*request, world_peer, what);
 }
 

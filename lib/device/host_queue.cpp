@@ -9,6 +9,7 @@
 #include <ctime>
 #include <thread>
 
+#include "base/spin.hpp"
 #include "hiercoll/errors.hpp"
 #include "reduce/reduce.hpp"
 
@@ -32,8 +33,9 @@ void futex_wake(uint64_t* flag) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(flag), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Spinning, yielding the core, this long before sleeping: a peer's signal is often microseconds away.
+// Spinning, yielding the core, up to this long before sleeping: a peer's signal is often microseconds away.
 constexpr std::chrono::microseconds kSpin{20};
+thread_local base::AdaptiveSpin flag_spin{kSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
 constexpr std::chrono::milliseconds kSleepSlice{10};
 
@@ -41,7 +43,9 @@ constexpr std::chrono::milliseconds kSleepSlice{10};
 // kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
 void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank) {
   auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
-  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  if (reached()) return;
+  const auto started = std::chrono::steady_clock::now();
+  const auto spin_until = started + flag_spin.budget();
   while (!reached()) {
     const auto now = std::chrono::steady_clock::now();
     if (context.aborted->load(std::memory_order_relaxed)) {
@@ -65,6 +69,7 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
     }
     sleepers(flag).fetch_sub(1, std::memory_order_relaxed);
   }
+  flag_spin.record(std::chrono::steady_clock::now() - started);
 }
 
 // host_wait's flags (HostFlag) need not have a sleeper word: spins, then sleeps in short steps.
