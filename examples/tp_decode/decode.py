@@ -51,6 +51,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--prompt", type=int, default=16, help="prompt length in tokens")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true",
+                        help="print torch.profiler's table of the timed generate (every rank): where a token's time goes")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -70,10 +72,19 @@ def main():
     with torch.inference_mode():
         model.generate(prompt, max_new_tokens=4, do_sample=False)  # warm-up: allocations, first calls
         dist.barrier() if args.backend != "fake" else None
+        profiler = None
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+            profiler = profile(activities=[ProfilerActivity.CPU])
+            profiler.__enter__()
         start = time.perf_counter()
         output = model.generate(prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
                                 do_sample=False)
         seconds = time.perf_counter() - start
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            table = profiler.key_averages().table(sort_by="cpu_time_total", row_limit=12, max_name_column_width=40)
+            print(f"# rank {rank}, {args.backend}\n{table}", flush=True)
     tokens = output[0, args.prompt:].tolist()
     if rank == 0:
         print(json.dumps({"summary": True, "backend": args.backend, "ranks": size, "hidden": args.hidden,
