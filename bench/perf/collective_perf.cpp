@@ -240,29 +240,49 @@ class Runner {
     return sum / n_;
   }
 
-  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size. Each size runs twice: with
-  // rank 0 on time (what the operation itself costs in CPU) and with rank 0 late; the waiting cost is the difference
-  // in CPU time over the difference in wall time, so the transfer's own work is not counted as waiting.
+  // Every size from -b to -e (-f apart): its shape and this rank's buffers, the input filled, released after `body`.
+  template <class Body>
+  void for_each_size(Body body) {
+    const size_t elem = dtype_size(args_.type);
+    for (size_t bytes = args_.min_bytes; bytes <= args_.max_bytes;
+         bytes = std::max(bytes + elem, static_cast<size_t>(static_cast<double>(bytes) * args_.factor))) {
+      Shape s = shape_for(bytes / elem, n_);
+      if (s.total_count == 0) continue;
+      void* in = b_.allocate(std::max(s.in_count, s.out_count) * elem);
+      void* out = b_.allocate(std::max(s.in_count, s.out_count) * elem);
+      fill(in, s);
+      body(s, in, out);
+      b_.release(in);
+      b_.release(out);
+    }
+  }
+
+  // -iters calls after -warmup ones, the ranks lined up first; each waited for when `blocking`, rank 0 sleeping
+  // `late_ms` before each when late. This process's CPU and wall time over the timed calls.
   struct Usage {
-    double cpu, wall;  // seconds, this process
+    double cpu, wall;  // seconds
   };
-  Usage timed_calls(void* in, void* out, const Shape& s, int late_ms) {
-    for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, false);
+  Usage timed_calls(void* in, void* out, const Shape& s, bool in_place, bool blocking, int late_ms) {
+    for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, in_place);
     b_.sync();
-    average(0);
+    average(0);  // line the ranks up before timing
     timespec cpu0{}, cpu1{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < args_.iters; ++i) {
       if (r_ == 0 && late_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
-      issue(in, out, s, false);
-      b_.sync();
+      issue(in, out, s, in_place);
+      if (blocking) b_.sync();
     }
+    b_.sync();
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
     return {(cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 
+  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size. Each size runs twice: with
+  // rank 0 on time (what the operation itself costs in CPU) and with rank 0 late; the waiting cost is the difference
+  // in CPU time over the difference in wall time, so the transfer's own work is not counted as waiting.
   int run_late() {
     const size_t elem = dtype_size(args_.type);
     if (n_ < 2) throw InvalidUsageError("-L needs at least 2 ranks");
@@ -272,26 +292,19 @@ class Runner {
       std::printf("# waiting ranks (mean): CPU per call with rank 0 on time, and CPU-seconds per second of waiting\n");
       std::printf("#%11s %12s %14s %18s\n", "size(B)", "count", "op CPU(ms)", "wait CPU-s/s");
     }
-    for (size_t bytes = args_.min_bytes; bytes <= args_.max_bytes;
-         bytes = std::max(bytes + elem, static_cast<size_t>(static_cast<double>(bytes) * args_.factor))) {
-      Shape s = shape_for(bytes / elem, n_);
-      if (s.total_count == 0) continue;
-      void* in = b_.allocate(std::max(s.in_count, s.out_count) * elem);
-      void* out = b_.allocate(std::max(s.in_count, s.out_count) * elem);
-      fill(in, s);
-      const Usage on_time = timed_calls(in, out, s, 0), late = timed_calls(in, out, s, args_.late_ms);
+    for_each_size([&](const Shape& s, void* in, void* out) {
+      const Usage on_time = timed_calls(in, out, s, false, true, 0);
+      const Usage late = timed_calls(in, out, s, false, true, args_.late_ms);
       const double op_ms = on_time.cpu / args_.iters * 1e3;
       const double waiting = std::max(0.0, late.cpu - on_time.cpu) / std::max(1e-9, late.wall - on_time.wall);
       // Means over the waiting ranks (rank 0 contributes nothing to the sums).
       const double scale = static_cast<double>(n_) / (n_ - 1);
       const double op_mean = average(r_ == 0 ? 0.0 : op_ms) * scale, wait_mean = average(r_ == 0 ? 0.0 : waiting) * scale;
-      b_.release(in);
-      b_.release(out);
       if (r_ == 0) {
         std::printf("%12zu %12zu %14.3f %18.4f\n", s.total_count * elem, s.total_count, op_mean, wait_mean);
         std::fflush(stdout);
       }
-    }
+    });
     return 0;
   }
 
@@ -309,33 +322,15 @@ class Runner {
     double busbw_sum = 0;
     long wrong_total = 0;
     int rows = 0;
-    for (size_t bytes = args_.min_bytes; bytes <= args_.max_bytes;
-         bytes = std::max(bytes + elem, static_cast<size_t>(static_cast<double>(bytes) * args_.factor))) {
-      Shape s = shape_for(bytes / elem, n_);
-      if (s.total_count == 0) continue;
-      void* in = b_.allocate(std::max(s.in_count, s.out_count) * elem);
-      void* out = b_.allocate(std::max(s.in_count, s.out_count) * elem);
-      fill(in, s);
+    for_each_size([&](const Shape& s, void* in, void* out) {
       double seconds[2];
       long wrong[2] = {0, 0};
       for (int in_place = 0; in_place < 2; ++in_place) {
-        for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, in_place);
-        b_.sync();
-        average(0);  // line the ranks up before timing
-        auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < args_.iters; ++i) {
-          issue(in, out, s, in_place);
-          if (args_.blocking) b_.sync();
-        }
-        b_.sync();
-        seconds[in_place] =
-            average(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / args_.iters);
+        seconds[in_place] = average(timed_calls(in, out, s, in_place, args_.blocking, 0).wall / args_.iters);
         for (int c = 0; c < args_.check; ++c) wrong[in_place] += check(in, out, s, in_place);
         wrong[in_place] = static_cast<long>(average(static_cast<double>(wrong[in_place])) * n_ + 0.5);
         fill(in, s);
       }
-      b_.release(in);
-      b_.release(out);
       if (r_ == 0) {
         double total = static_cast<double>(s.total_count * elem);
         std::printf("%12zu %12zu %8s %6s %4d %6s", s.total_count * elem, s.total_count, to_string(args_.type),
@@ -351,7 +346,7 @@ class Runner {
         std::fflush(stdout);
       }
       wrong_total += wrong[0] + wrong[1];
-    }
+    });
     if (r_ == 0) {
       std::printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
       std::printf("# Avg bus bandwidth    : %.4f\n", rows ? busbw_sum / rows : 0.0);

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <thread>
 
 #include "base/spin.hpp"
@@ -39,6 +40,18 @@ thread_local base::AdaptiveSpin flag_spin{kSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
 constexpr std::chrono::milliseconds kSleepSlice{10};
 
+// What every wait checks between looks at its flag: the abort switch, then the deadline. `local_rank` names whom a
+// timeout waited for (-1: the queue, for host_wait).
+void check_limits(const WaitContext& context, std::chrono::steady_clock::time_point now, int local_rank) {
+  if (context.aborted->load(std::memory_order_relaxed)) {
+    throw RemoteError(context.what + ": the communicator was aborted");
+  }
+  if (now >= context.deadline) {
+    const std::string who = local_rank < 0 ? "the queue" : "local rank " + std::to_string(local_rank);
+    throw TimeoutError(context.what + ": " + who + " never reached this step (did it die, or call another operation?)");
+  }
+}
+
 // Until flag word 0 reaches `generation`, the context's deadline or abort: spins briefly, then sleeps in the
 // kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
 void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank) {
@@ -48,13 +61,7 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
   const auto spin_until = started + flag_spin.budget();
   while (!reached()) {
     const auto now = std::chrono::steady_clock::now();
-    if (context.aborted->load(std::memory_order_relaxed)) {
-      throw RemoteError(context.what + ": the communicator was aborted");
-    }
-    if (now >= context.deadline) {
-      throw TimeoutError(context.what + ": local rank " + std::to_string(local_rank) +
-                         " never reached this step (did it die, or call another operation?)");
-    }
+    check_limits(context, now, local_rank);
     if (now < spin_until) {
       std::this_thread::yield();
       continue;
@@ -78,12 +85,7 @@ void poll(const WaitContext& context, Reached reached) {
   auto spin_until = std::chrono::steady_clock::now() + kSpin;
   while (!reached()) {
     auto now = std::chrono::steady_clock::now();
-    if (context.aborted->load(std::memory_order_relaxed)) {
-      throw RemoteError(context.what + ": the communicator was aborted");
-    }
-    if (now >= context.deadline) {
-      throw TimeoutError(context.what + ": the queue never reached this step (did it die, or call another operation?)");
-    }
+    check_limits(context, now, -1);
     if (now < spin_until) {
       std::this_thread::yield();
     } else {
