@@ -1,14 +1,17 @@
 """What the benchmark scripts share (bench-compare, bench-sharded, validate-model, scale-model): running a command
 with its output echoed, starting a *_perf benchmark on loopback or the emulated cluster and reading its rows, and
-the marked sections of a document that one script writes and the others keep."""
+the marked sections of a document that one script writes and the others keep; the torchrun command line and
+environment of the torch-level benchmarks (bench-torch, bench-tp-decode)."""
 import os
 import re
+import socket
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")
 LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
+PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 
 
 def perf(collective):
@@ -36,16 +39,36 @@ def rows(output):
     return result
 
 
-def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
-    """<collective>_perf started by hiercoll_launch: `ranks` ranks on loopback, or layout = (nodes, ranks per node) on
-    the emulated cluster (which must be up). `env`: NAME=VALUE for every rank."""
+def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
+    """The output of <collective>_perf `args`, started by hiercoll_launch: `ranks` ranks on loopback, or layout =
+    (nodes, ranks per node) on the emulated cluster (which must be up). `env`: NAME=VALUE for every rank."""
     nodes, per_node = layout or (1, ranks)
     cmd = [LAUNCH, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
            "-x", "HIERCOLL_FABRIC_PROVIDER=tcp"]
     cmd += ["--netns", "hc"] if layout else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]
     for e in env:
         cmd += ["-x", e]
-    return rows(run(cmd + ["--", perf(collective), "--backend", backend] + sizes))
+    return run(cmd + ["--", perf(collective), "--backend", backend] + args)
+
+
+def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
+    """The rows of <collective>_perf (see launch_output)."""
+    return rows(launch_output(sizes, env, backend, collective, layout, ranks))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(ranks):
+    """The start of a torchrun command line for `ranks` processes on this host, with its environment: the build's
+    torch binding importable, one thread per rank, every backend on loopback."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), OMP_NUM_THREADS="1",
+               HIERCOLL_FABRIC_PROVIDER="tcp", HIERCOLL_FABRIC_IFACE="lo", GLOO_SOCKET_IFNAME="lo")
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+    return cmd, env
 
 
 def checked(series, what):
