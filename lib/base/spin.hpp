@@ -10,6 +10,16 @@
 
 namespace hiercoll::base {
 
+/// The CPU's spin-wait hint: a poll loop that runs it leaves the core's other hardware thread its share and does not
+/// flood the memory system with speculative loads of the watched line.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class AdaptiveSpin {
  public:
   explicit constexpr AdaptiveSpin(std::chrono::microseconds full) : full_(full) {}

@@ -34,8 +34,11 @@ void futex_wake(uint64_t* flag) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(flag), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Spinning, yielding the core, up to this long before sleeping: a peer's signal is often microseconds away.
+// Spinning up to this long before sleeping: a peer's signal is often microseconds away.
 constexpr std::chrono::microseconds kSpin{20};
+// A spinning wait reads the clock (for the deadline, the abort switch and the end of its spin) once per this many
+// polls of its flag; between them it only polls, with the CPU's spin hint. A yielding wait checks at every poll.
+constexpr unsigned kPollsPerCheck = 64;
 thread_local base::AdaptiveSpin flag_spin{kSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
 constexpr std::chrono::milliseconds kSleepSlice{10};
@@ -53,17 +56,25 @@ void check_limits(const WaitContext& context, std::chrono::steady_clock::time_po
 }
 
 // Until flag word 0 reaches `generation`, the context's deadline or abort: spins briefly, then sleeps in the
-// kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
-void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank) {
+// kernel until a signal wakes it. `local_rank` names whom a timeout waited for. `yield`: each poll of the spin gives
+// the core up (sched_yield), for when the node has more ranks than cores and the awaited peer may need this one;
+// else the spin polls with the CPU's hint, which notices a signal about half a microsecond sooner than a poll
+// between system calls does (2 ranks on 2 cores, 8 B allreduce: 0.3 against 0.5 us).
+void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank, bool yield) {
   auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
   if (reached()) return;
   const auto started = std::chrono::steady_clock::now();
   const auto spin_until = started + flag_spin.budget();
+  unsigned polls = 0;
   while (!reached()) {
+    if (!yield && ++polls % kPollsPerCheck != 0) {
+      base::cpu_relax();
+      continue;
+    }
     const auto now = std::chrono::steady_clock::now();
     check_limits(context, now, local_rank);
     if (now < spin_until) {
-      std::this_thread::yield();
+      if (yield) std::this_thread::yield();
       continue;
     }
     // Counted as a sleeper first, then the generation read again (both sequentially consistent, as the signaller's
@@ -119,7 +130,7 @@ void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) 
 void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                      const WaitContext& context) {
   for (int k = 0; k < flag_count; ++k) {
-    wait_flag(flags[k], generation, context, k);
+    wait_flag(flags[k], generation, context, k, yield_);
     // The generation was published after the signature (release/acquire): this read sees this step's.
     if (signature != 0 && flag_word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
       throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +

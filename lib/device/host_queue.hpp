@@ -1,7 +1,8 @@
 #pragma once
 // HostQueue: the Queue of host memory. Each call runs at once on the calling thread. Flag waits spin briefly,
 // then sleep in the kernel (futex) until the signal that reaches them wakes them, so a rank waiting for a late
-// peer costs no CPU; host_wait spins, then sleeps in short steps.
+// peer costs no CPU; host_wait spins, then sleeps in short steps. Where the node's ranks outnumber its cores, the
+// spin yields the core at every poll (set_yield): the peer being waited for may be the one that needs it.
 #include "device/queue.hpp"
 
 namespace hiercoll::device {
@@ -17,6 +18,13 @@ class HostQueue final : public Queue {
   void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
             const WaitContext& context) override;
   void host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) override;
+
+  /// Whether flag waits yield the core while they spin (the default, safe where ranks share cores) or only poll.
+  void set_yield(bool yield) { yield_ = yield; }
+  bool yields() const { return yield_; }
+
+ private:
+  bool yield_ = true;
 };
 
 }  // namespace hiercoll::device
