@@ -34,12 +34,14 @@ void futex_wake(uint64_t* flag) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(flag), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Spinning up to this long before sleeping: a peer's signal is often microseconds away.
+// Spinning at least this long before sleeping (a peer's signal is often microseconds away), and up to kLongestSpin
+// while waits are typically that short (base::AdaptiveSpin: two ranks asleep in turn).
 constexpr std::chrono::microseconds kSpin{20};
+constexpr std::chrono::microseconds kLongestSpin{200};
 // A spinning wait reads the clock (for the deadline, the abort switch and the end of its spin) once per this many
 // polls of its flag; between them it only polls, with the CPU's spin hint. A yielding wait checks at every poll.
 constexpr unsigned kPollsPerCheck = 64;
-thread_local base::AdaptiveSpin flag_spin{kSpin};
+thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
 constexpr std::chrono::milliseconds kSleepSlice{10};
 
