@@ -38,8 +38,10 @@ void futex_wake(uint64_t* flag) {
 // while waits are typically that short (base::AdaptiveSpin: two ranks asleep in turn).
 constexpr std::chrono::microseconds kSpin{20};
 constexpr std::chrono::microseconds kLongestSpin{200};
-// A spinning wait reads the clock (for the deadline, the abort switch and the end of its spin) once per this many
-// polls of its flag; between them it only polls, with the CPU's spin hint. A yielding wait checks at every poll.
+// A wait first only polls its flag, with the CPU's spin hint, for this long (where each rank has a core of its
+// own), reading the clock (for the deadline, the abort switch and the end of this phase) once per kPollsPerCheck
+// polls; then it yields the core at every poll until its spin budget is spent.
+constexpr std::chrono::microseconds kPollOnly{4};
 constexpr unsigned kPollsPerCheck = 64;
 thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
@@ -58,25 +60,32 @@ void check_limits(const WaitContext& context, std::chrono::steady_clock::time_po
 }
 
 // Until flag word 0 reaches `generation`, the context's deadline or abort: spins briefly, then sleeps in the
-// kernel until a signal wakes it. `local_rank` names whom a timeout waited for. `yield`: each poll of the spin gives
-// the core up (sched_yield), for when the node has more ranks than cores and the awaited peer may need this one;
-// else the spin polls with the CPU's hint, which notices a signal about half a microsecond sooner than a poll
-// between system calls does (2 ranks on 2 cores, 8 B allreduce: 0.3 against 0.5 us).
-void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank, bool yield) {
+// kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
+// The spin polls without system calls for its first kPollOnly, which notices a signal about half a microsecond
+// sooner than a poll between sched_yield calls does (2 ranks on 2 cores, 8 B allreduce: 0.3 against 0.5 us); then
+// each poll yields the core. Without those yields, two ranks the scheduler put on one core (a wake-up pulls the
+// wakee to the waker's core) took a whole spin each to pass the core over: 2 ranks on 2 cores, 256 KB allreduce 250-400
+// us a call for the first tens of milliseconds in 6 runs of 10, against 12. `yield_at_once` (the node's ranks
+// outnumber its cores, so peers surely share them): every poll yields.
+void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank, bool yield_at_once) {
   auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
   if (reached()) return;
   const auto started = std::chrono::steady_clock::now();
   const auto spin_until = started + flag_spin.budget();
+  const auto poll_only_until = yield_at_once ? started : started + kPollOnly;
+  bool polling = !yield_at_once;
   unsigned polls = 0;
   while (!reached()) {
-    if (!yield && ++polls % kPollsPerCheck != 0) {
+    if (polling && ++polls % kPollsPerCheck != 0) {
       base::cpu_relax();
       continue;
     }
     const auto now = std::chrono::steady_clock::now();
     check_limits(context, now, local_rank);
+    polling = now < poll_only_until;
+    if (polling) continue;
     if (now < spin_until) {
-      if (yield) std::this_thread::yield();
+      std::this_thread::yield();
       continue;
     }
     // Counted as a sleeper first, then the generation read again (both sequentially consistent, as the signaller's

@@ -1,6 +1,7 @@
 #include "launcher.hpp"
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -84,6 +85,13 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
     token += word;
   }
   int started = options.launch_only >= 0 ? options.launch_only : ranks;
+  std::vector<int> cpus;  // the CPUs to pin ranks to, in order; empty: none pinned
+  cpu_set_t allowed;
+  if (options.bind_cores && sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) >= ranks) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+    }
+  }
   std::vector<pid_t> pids;
   for (int r = 0; r < started; ++r) {
     std::fflush(nullptr);  // or the child inherits unflushed output and prints it twice
@@ -91,6 +99,12 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
       setpgid(0, 0);  // its own group, so a timeout kills whatever it started too
+      if (!cpus.empty()) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[static_cast<size_t>(r)], &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) std::perror("hiercoll_launch: sched_setaffinity");
+      }
       if (!options.inherit_output) {
         std::string log = dir + "/rank" + std::to_string(r) + ".log";
         if (freopen(log.c_str(), "w", stdout) == nullptr) _exit(126);

@@ -35,6 +35,9 @@ struct LaunchOptions {
   bool end_job_on_failure = false;
   std::chrono::milliseconds end_grace{3000};
   std::string store_host = "127.0.0.1";  ///< ranks write to our stdout/stderr instead of captured logs
+  /// Pin rank r to the r-th CPU this launcher may run on, as mpirun --bind-to core does, where there are as many
+  /// CPUs as ranks (else nothing is pinned).
+  bool bind_cores = false;
 };
 
 struct LaunchResult {

@@ -1,10 +1,15 @@
 // hiercoll_launch: start N local ranks of a program with a rendezvous store, like a minimal mpirun.
-//   hiercoll_launch -n 4 [--ranks-per-node K] [--tcp-store] [--timeout SECONDS] [-x NAME=VALUE]... -- program [args]
+//   hiercoll_launch -n 4 [--ranks-per-node K] [--tcp-store] [--timeout SECONDS] [--bind-to core|none]
+//                   [-x NAME=VALUE]... -- program [args]
 // --ranks-per-node emulates nodes on one host: ranks r*K..r*K+K-1 get HIERCOLL_NODE_ID=node<r>.
 // --netns PREFIX (with --ranks-per-node) runs node k's ranks inside namespace PREFIXk (scripts/cluster).
 // As mpirun and torchrun, it ends the job when a rank fails: the others get 3 s to report their own errors (a dead
 // peer is noticed in well under one), then SIGTERM, then SIGKILL; it exits with the first failure's status (128 +
 // the signal for a rank a signal ended). --keep-going waits for every rank instead.
+// --bind-to core (the default where this host has a CPU for every rank, as mpirun's for 2 ranks and Intel MPI's)
+// pins rank r to the r-th CPU the launcher may use: unpinned ranks that wait on each other's shared-memory flags
+// now and then find themselves on one core, which the scheduler undoes only milliseconds later. --bind-to none
+// leaves them to the scheduler.
 #include <cstdio>
 #include <csignal>
 #include <cstring>
@@ -18,6 +23,7 @@ int main(int argc, char** argv) {
   options.inherit_output = true;
   options.timeout = std::chrono::seconds(3600);
   options.end_job_on_failure = true;
+  options.bind_cores = true;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -32,6 +38,13 @@ int main(int argc, char** argv) {
     } else if (arg == "--netns" && i + 1 < argc) {
       options.netns_prefix = argv[++i];
       options.store_host = "10.77.0.1";  // scripts/cluster's first node
+    } else if (arg == "--bind-to" && i + 1 < argc) {
+      const std::string how = argv[++i];
+      if (how != "core" && how != "none") {
+        std::fprintf(stderr, "hiercoll_launch: --bind-to wants core or none, got '%s'\n", how.c_str());
+        return 2;
+      }
+      options.bind_cores = how == "core";
     } else if (arg == "--keep-going") {
       options.end_job_on_failure = false;
     } else if (arg == "--tcp-store") {
@@ -53,7 +66,7 @@ int main(int argc, char** argv) {
   if (i >= argc || ranks < 1) {
     std::fprintf(stderr,
                  "usage: hiercoll_launch -n RANKS [--ranks-per-node K [--netns PREFIX]] [--tcp-store] [--timeout S] "
-                 "[--keep-going] [-x NAME=VALUE]... -- program [args]\n");
+                 "[--keep-going] [--bind-to core|none] [-x NAME=VALUE]... -- program [args]\n");
     return 2;
   }
   if (ranks_per_node > 0) {  // emulate nodes on this host (HIERCOLL_NODE_ID)
