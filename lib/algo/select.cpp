@@ -111,7 +111,7 @@ CostModel CostModel::from(const base::Settings& settings) {
   CostModel model;
   model.net = {settings.net_lat_us, settings.net_bw_gbps};
   model.shm = {settings.shm_lat_us, settings.shm_bw_gbps};
-  model.shm_piece_bytes = settings.shm_piece_bytes;
+  if (settings.shm_piece_bytes != 0) model.shm_piece_bytes = settings.shm_piece_bytes;
   return model;
 }
 

@@ -28,10 +28,17 @@ struct LinkFigures {
   double seconds(double bytes) const { return latency_us * 1e-6 + bytes / (bandwidth_gbps * 1e9); }
 };
 
+/// HIERCOLL_SHM_PIECE_BYTES's defaults: the hierarchical allreduce's piece across nodes, where it is also the network
+/// pipeline's unit (0.95 of the link with 2 MB, docs/benchmarks.md), and on one node, where a piece is all
+/// intra-node work and one that stays in a core's L2 with its input and output costs less (2 ranks on 2 cores, 4 MB
+/// allreduce: 200 us with 512 KB pieces, 239 with 2 MB).
+inline constexpr size_t kPieceBytes = 2 << 20;
+inline constexpr size_t kOneNodePieceBytes = 512 << 10;
+
 struct CostModel {
   LinkFigures net;  ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
   LinkFigures shm;  ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
-  size_t shm_piece_bytes = 0;
+  size_t shm_piece_bytes = kPieceBytes;  ///< HIERCOLL_SHM_PIECE_BYTES, or the default for the layout
 
   /// Predicted seconds for an allreduce of `bytes` on `layout`.
   double ring(double bytes, const Layout& layout) const;

@@ -19,7 +19,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_NET_PROBE_BYTES", "8M"},
       {"HIERCOLL_SHM_BW_GBPS", "4"},
       {"HIERCOLL_SHM_LAT_US", "5"},
-      {"HIERCOLL_SHM_PIECE_BYTES", "2M"},
+      {"HIERCOLL_SHM_PIECE_BYTES", ""},
       {"HIERCOLL_NET_STAGING", "0"},
       {"HIERCOLL_CALLER_THREAD", "1"},
       {"HIERCOLL_SPIN_YIELD", "auto"},
@@ -126,7 +126,7 @@ Settings read(bool use_env) {
   s.net_probe_bytes = r.bytes("HIERCOLL_NET_PROBE_BYTES", 0);
   s.shm_bw_gbps = r.positive("HIERCOLL_SHM_BW_GBPS");
   s.shm_lat_us = r.positive("HIERCOLL_SHM_LAT_US");
-  s.shm_piece_bytes = r.bytes("HIERCOLL_SHM_PIECE_BYTES", 4096);
+  s.shm_piece_bytes = r.text("HIERCOLL_SHM_PIECE_BYTES").empty() ? 0 : r.bytes("HIERCOLL_SHM_PIECE_BYTES", 4096);
   s.net_staging = r.flag("HIERCOLL_NET_STAGING");
   s.caller_thread = r.flag("HIERCOLL_CALLER_THREAD");
   s.spin_yield = r.one_of("HIERCOLL_SPIN_YIELD", {"auto", "0", "1"});

@@ -29,7 +29,7 @@ struct Settings {
   double net_bw_gbps = 0, net_lat_us = 0, shm_bw_gbps = 0, shm_lat_us = 0;  ///< cost-model figures
   bool net_bw_from_env = false, net_lat_from_env = false;  ///< whether set (else the link probe's figures are used)
   uint64_t net_probe_bytes = 0;   ///< HIERCOLL_NET_PROBE_BYTES: streamed by the start-up link probe; 0: no probe
-  uint64_t shm_piece_bytes = 0;   ///< HIERCOLL_SHM_PIECE_BYTES
+  uint64_t shm_piece_bytes = 0;   ///< HIERCOLL_SHM_PIECE_BYTES; 0: by the layout (engine)
   bool net_staging = false;       ///< HIERCOLL_NET_STAGING
   bool caller_thread = true;      ///< HIERCOLL_CALLER_THREAD: small one-node collectives may run on the caller's thread
   std::string spin_yield;         ///< HIERCOLL_SPIN_YIELD: auto, 0 or 1 (node flag waits yield the core while spinning)

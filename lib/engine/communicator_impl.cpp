@@ -111,7 +111,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
-                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots << " slots");
+                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots << " slots, node piece "
+                                       << cost_model_.shm_piece_bytes << " B");
   if (rank_ == 0) {
     HIERCOLL_LOG(kInfo, "layout " << layout_.describe() << "; hierarchical allreduce "
                                   << (selector_->hierarchical_eligible() ? "available" : "unavailable"));
@@ -196,6 +197,7 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   }
   endpoint_->connect(rank_, addresses);
   layout_ = Layout::from_node_ids(node_ids, rank_);
+  if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
   fit_chunks_to_provider();
   setup_hierarchy(store, instance);
 }
