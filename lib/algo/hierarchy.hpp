@@ -79,6 +79,12 @@ struct Hierarchy {
   BackgroundWorker* network = nullptr;    ///< runs the inter-node phase beside the intra-node phases
 };
 
+/// Whether the hierarchical allreduce of `bytes` is one piece (or the rank is alone on its node): its network phase
+/// has no other piece's work to overlap.
+inline bool single_piece(const NodeMemory& m, size_t bytes) {
+  return m.peers == nullptr || bytes <= m.peers->area_bytes();
+}
+
 /// The one flag round's name in errors ("<operation> intra-node exchange: local rank 2 never reached ...").
 inline constexpr const char* kOneShotPhase = "intra-node exchange";
 

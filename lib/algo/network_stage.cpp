@@ -29,6 +29,16 @@ void HelperStage::take_back() {
   ++taken_;
 }
 
+void InlineStage::hand_over(Job job) {
+  job(ch_);
+  ++handed_;
+}
+
+void InlineStage::take_back() {
+  if (taken_ >= handed_) throw InternalError(ch_.what() + ": a piece taken back that was never handed over");
+  ++taken_;
+}
+
 void DeferredStage::hand_over(Job job) {
   const uint64_t sequence = ++sequence_;
   queue_.signal(to_host_.queue_side, sequence, 0);
