@@ -1,6 +1,7 @@
 #include "algo/channel.hpp"
 
 #include <cstdlib>
+#include <thread>
 
 #include "base/spin.hpp"
 #include "hiercoll/errors.hpp"
@@ -87,6 +88,10 @@ void check_request(const transport::Request& request, int world_peer, const std:
   }
 }
 
+namespace {
+constexpr std::chrono::microseconds kPollOnly{4};
+}  // namespace
+
 void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int world_peer, Clock::time_point deadline,
                   const std::string& what, const std::atomic<bool>& aborted) {
   // Spin briefly while replies have lately come within microseconds, then sleep in the provider between completions.
@@ -101,7 +106,14 @@ void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int 
       throw TimeoutError(what + ": timed out waiting " + (request->is_send ? "to send to" : "for data from") +
                          " rank " + std::to_string(world_peer) + " (is it alive, and did it call the same operation?)");
     }
-    endpoint.progress(now < spin_until ? std::chrono::microseconds(0) : std::chrono::microseconds(2000));
+    if (now >= spin_until) {
+      endpoint.progress(std::chrono::microseconds(2000));
+      continue;
+    }
+    endpoint.progress(std::chrono::microseconds(0));
+    // Past the first microseconds, each poll also gives the core up: a rank that polls the network on a core its
+    // peer needs (more ranks than cores) would otherwise hold it for the whole spin.
+    if (now - started > kPollOnly) std::this_thread::yield();
   }
   spin.record(Clock::now() - started);
   check_request(*request, world_peer, what);
