@@ -70,6 +70,14 @@ void check_limits(const WaitContext& context, std::chrono::steady_clock::time_po
 void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank, bool yield_at_once) {
   auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
   if (reached()) return;
+  if (!yield_at_once) {
+    // Most waits of a small operation end within a few polls: those read no clock (the two reads are a sixth of an
+    // 8 B allreduce's 0.3 us) and count as short ones for the spin's adaptation.
+    for (unsigned i = 0; i < kPollsPerCheck; ++i) {
+      base::cpu_relax();
+      if (reached()) return flag_spin.record(std::chrono::nanoseconds(0));
+    }
+  }
   const auto started = std::chrono::steady_clock::now();
   const auto spin_until = started + flag_spin.budget();
   const auto poll_only_until = yield_at_once ? started : started + kPollOnly;
