@@ -338,8 +338,9 @@ class Runner {
                     kCollective == Collective::kAllreduce ? b_.algorithm(s.total_count * elem).c_str() : "-");
         for (int k = 0; k < 2; ++k) {
           double algbw = total / seconds[k] / 1e9, busbw = algbw * s.bus_factor;
-          std::printf(seconds[k] < 1e-5 ? "   %9.2f %9.3f %9.3f %6ld" : "   %9.1f %9.3f %9.3f %6ld", seconds[k] * 1e6, algbw, busbw,
-                      wrong[k]);  // below 10 us, hundredths: a small call's differences are tenths
+          // Below 10 us in hundredths: a small call's differences are tenths.
+          std::printf(seconds[k] < 1e-5 ? "   %9.2f %9.3f %9.3f %6ld" : "   %9.1f %9.3f %9.3f %6ld", seconds[k] * 1e6,
+                      algbw, busbw, wrong[k]);
           busbw_sum += busbw;
           ++rows;
         }

@@ -220,6 +220,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse_coo(tensors, opts);
   return issue("allreduce", [&] {
     at::Tensor t = single(tensors, "allreduce");
     at::Tensor h = working(t);
@@ -227,6 +228,66 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
     auto work = comm_.allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
                                 reduce_op(opts.reduceOp, t, "allreduce"), stream_of(t));
     return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged(t, h));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                                      const c10d::AllreduceOptions& opts) {
+  return allreduce_sparse_coo(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
+                                                                          const c10d::AllreduceOptions& opts) {
+  // As gloo: each rank's coalesced tensor goes to every rank (its indices and values allgathered, padded to the
+  // largest count of entries), and each sums them all in rank order and coalesces, so every rank holds the same
+  // sparse tensor. In three allgathers on the calling thread: the shape, then indices, then values; the Work it
+  // returns is finished.
+  return issue("allreduce", [&] {
+    TORCH_CHECK(tensors.size() == 1, "hiercoll allreduce: expects exactly one tensor per process, got ",
+                tensors.size());
+    at::Tensor& t = tensors[0];
+    TORCH_CHECK(t.layout() == at::kSparse, "hiercoll allreduce: sparse tensors must be COO, got ", t.layout());
+    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "hiercoll allreduce: sparse tensors reduce with SUM only");
+    const at::Tensor input = t.coalesce().cpu();
+    const int64_t sparse_dims = input.sparse_dim(), dims = input.dim();
+    auto gather = [&](const at::Tensor& mine) {  // contiguous CPU tensor -> [size_, mine's shape...]
+      std::vector<int64_t> shape{size_};
+      for (int64_t d : mine.sizes()) shape.push_back(d);
+      at::Tensor all = at::empty(shape, mine.options());
+      comm_.allgather(mine.data_ptr(), all.data_ptr(), mine.numel(), data_type(mine, "allreduce")).wait();
+      return all;
+    };
+    // Every rank's entry count and shape; ranks that disagree on the shape all fail, naming it.
+    std::vector<int64_t> header{input._nnz(), sparse_dims, dims};
+    for (int64_t d : input.sizes()) header.push_back(d);
+    const at::Tensor head = at::tensor(std::vector<int64_t>{dims}, at::kLong);
+    const at::Tensor ranks_dims = gather(head);
+    TORCH_CHECK(ranks_dims.eq(dims).all().item<bool>(), "hiercoll allreduce: ranks hold sparse tensors of different "
+                "dimensions: ", ranks_dims.flatten());
+    const at::Tensor headers = gather(at::tensor(header, at::kLong));
+    TORCH_CHECK(headers.slice(1, 1).eq(headers[rank_].slice(0, 1)).all().item<bool>(),
+                "hiercoll allreduce: ranks hold sparse tensors of different shapes or sparse dimensions "
+                "([entries, sparse dims, dims, sizes...] per rank): ", headers);
+    const at::Tensor counts = headers.select(1, 0);
+    const int64_t most = counts.max().item<int64_t>();
+    at::Tensor indices = at::zeros({sparse_dims, most}, at::kLong);
+    indices.narrow(1, 0, input._nnz()).copy_(input._indices());
+    std::vector<int64_t> value_shape{most};
+    for (int64_t d = sparse_dims; d < dims; ++d) value_shape.push_back(input.size(d));
+    at::Tensor values = at::zeros(value_shape, input._values().options());
+    values.narrow(0, 0, input._nnz()).copy_(input._values());
+    const at::Tensor all_indices = gather(indices), all_values = gather(values);
+    std::vector<at::Tensor> index_parts, value_parts;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t n = counts[r].item<int64_t>();
+      index_parts.push_back(all_indices[r].narrow(1, 0, n));
+      value_parts.push_back(all_values[r].narrow(0, 0, n));
+    }
+    at::Tensor sum = at::sparse_coo_tensor(at::cat(index_parts, 1), at::cat(value_parts, 0), input.sizes(),
+                                           input.options())
+                         .coalesce();
+    t.copy_(sum.to(t.device()));
+    return submit(c10d::OpType::ALLREDUCE, {}, tensors);
   });
 }
 

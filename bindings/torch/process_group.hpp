@@ -53,8 +53,12 @@ class ProcessGroupHiercoll : public compat::BackendBase {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  // Dense tensors through hiercoll's allreduce; sparse COO tensors (DDP's gradients of nn.Embedding(sparse=True))
+  // as gloo reduces them: every rank's indices and values allgathered and summed (allreduce_sparse_coo).
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
@@ -102,6 +106,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   hiercoll::Communicator& communicator() { return comm_; }
 
  private:
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
+                                                      const c10d::AllreduceOptions& opts);
   // `tensors`: every tensor hiercoll reads or writes that the caller does not hold (host copies of CUDA tensors,
   // fused buffers), and where results go; the Work owns them until it completes.
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,

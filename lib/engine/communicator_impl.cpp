@@ -111,8 +111,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << endpoint_->provider() << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
-                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots << " slots, node piece "
-                                       << cost_model_.shm_piece_bytes << " B");
+                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots
+                                       << " slots, node piece " << cost_model_.shm_piece_bytes << " B");
   if (rank_ == 0) {
     HIERCOLL_LOG(kInfo, "layout " << layout_.describe() << "; hierarchical allreduce "
                                   << (selector_->hierarchical_eligible() ? "available" : "unavailable"));

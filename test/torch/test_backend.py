@@ -27,7 +27,7 @@ def test_bad_input_raises_and_group_survives(size):
 @pytest.mark.parametrize("size,options", [pytest.param(2, "", marks=pytest.mark.quick), (4, ""), (2, "fp16"),
                                           (4, "allreduce"), (2, "static_graph"), (4, "find_unused"),
                                           (2, "bucket_view"), (4, "static_graph,bucket_view,allreduce"),
-                                          (2, "powersgd"), (4, "powersgd")])
+                                          (2, "powersgd"), (4, "powersgd"), (2, "sparse"), (4, "sparse")])
 def test_ddp_training_matches_gloo(size, options, tmp_path):
     ours = _final_parameters(size, "worker_ddp.py", "hiercoll", tmp_path, [options])
     gloo = _final_parameters(size, "worker_ddp.py", "gloo", tmp_path, [options])

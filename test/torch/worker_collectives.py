@@ -102,6 +102,36 @@ def test_all_reduce(numel):
                 with_gloo(f"all_reduce {op} {dtype} n={numel}", run, ours)
 
 
+def test_sparse_all_reduce():
+    """Sparse COO tensors (DDP's gradients of nn.Embedding(sparse=True)): summed as gloo sums them. Entries differ
+    by rank and some coincide, one rank has none; with and without a dense trailing dimension; async too."""
+    for dense_dims in [(), (3,)]:
+        shape = (10, 6) + dense_dims
+
+        def sparse_input(r):
+            g = torch.Generator().manual_seed(7 + r)
+            nnz = 0 if r == SIZE - 1 else 3 + 2 * r
+            indices = torch.stack([torch.randint(0, 10, (nnz,), generator=g), torch.randint(0, 6, (nnz,), generator=g)])
+            values = torch.randint(-5, 6, (nnz,) + dense_dims, generator=g).float()
+            return torch.sparse_coo_tensor(indices, values, shape)
+
+        inputs = [sparse_input(r) for r in range(SIZE)]
+
+        def run(group, async_op=False):
+            t = inputs[RANK].clone()
+            work = dist.all_reduce(t, group=group, async_op=async_op)
+            if async_op:
+                work.wait()
+            return t.coalesce()
+
+        ours = run(None, async_op=bool(dense_dims))
+        what = f"sparse all_reduce dense dims {dense_dims}"
+        check(what, ours.to_dense(), sum(i.to_dense() for i in inputs))
+        theirs = run(GLOO)
+        check(what + " indices vs gloo", ours.indices(), theirs.indices())
+        check(what + " values vs gloo", ours.values(), theirs.values())
+
+
 def test_all_reduce_coalesced():
     shapes = [(3, 4), (17,), (2, 2, 5)]
     inputs = [[data(r, int(torch.tensor(s).prod()), torch.float32, i).view(s) for i, s in enumerate(shapes)]
@@ -401,6 +431,7 @@ if __name__ == "__main__":
     for n in [1, 7, 1000, 300_000]:
         test_all_reduce(n)
     test_all_reduce_coalesced()
+    test_sparse_all_reduce()
     for n in [0, 5, 4097]:
         test_broadcast_and_reduce(n)
         test_all_gather(n)

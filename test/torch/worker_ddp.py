@@ -1,6 +1,7 @@
 """DDP training of a small model for 20 steps; writes the final parameters of this rank to argv[2].
 argv[1]: the backend. argv[3] (optional): comma-separated options: a comm hook ("fp16", "allreduce"),
-"static_graph", "find_unused" (a branch that only some steps use), "bucket_view"
+"static_graph", "find_unused" (a branch that only some steps use), "sparse" (the embedding's gradients sparse: DDP
+allreduces them as sparse tensors), "bucket_view"
 (gradient_as_bucket_view), "powersgd" (PowerSGD's hook, whose future callbacks issue collectives and wait for them;
 one bucket, as the hook's callbacks on several buckets race with backward on CPU backends)."""
 import os
@@ -25,7 +26,7 @@ rank, size = dist.get_rank(), dist.get_world_size()
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Embedding(50, 16), nn.Flatten(), nn.Linear(16 * 4, 64), nn.GELU(),
+        self.body = nn.Sequential(nn.Embedding(50, 16, sparse="sparse" in options), nn.Flatten(), nn.Linear(16 * 4, 64), nn.GELU(),
                                   nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 50))
         self.branch = nn.Linear(50, 50)  # under find_unused, used on odd steps only
 
@@ -51,7 +52,7 @@ elif "powersgd" in options:
     state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=3)
     ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
-opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0 if "sparse" in options else 0.9)
 
 gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
 for step in range(20):

@@ -40,7 +40,9 @@ expect_error("bitwise op", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int
              "not supported")
 expect_error("avg on ints", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG), "avg", "int32")
 # A receive from any source whose sender sent more than it holds: the receiver's error names the sizes.
-expect_error("sparse", lambda: dist.all_reduce(torch.ones(3).to_sparse()), "dense")
+expect_error("sparse max", lambda: dist.all_reduce(torch.ones(3).to_sparse(), op=dist.ReduceOp.MAX), "sparse",
+             "SUM only")
+expect_error("sparse shapes differ", lambda: dist.all_reduce(torch.ones(3 + rank).to_sparse()), "different shapes")
 expect_error("root out of range", lambda: dist.broadcast(torch.ones(3), src=size), "outside the group")
 expect_error("destination out of range", lambda: dist.send(torch.ones(3), dst=size + 5), "outside the group")
 if rank == 0:
