@@ -27,7 +27,8 @@ class Model(nn.Module):
     def __init__(self):
         super().__init__()
         self.body = nn.Sequential(nn.Embedding(50, 16, sparse="sparse" in options), nn.Flatten(),
-                                  nn.Linear(16 * 4, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 50))
+                                  nn.Linear(16 * 4, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU(),
+                                  nn.Linear(64, 50))
         self.branch = nn.Linear(50, 50)  # under find_unused, used on odd steps only
 
     def forward(self, x, use_branch):
