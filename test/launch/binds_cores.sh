@@ -8,7 +8,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 # The launcher's own CPUs, as taskset lists them one by one (the reference the pins are checked against).
 mapfile -t cpus < <(python3 -c 'import os; print("\n".join(str(c) for c in sorted(os.sched_getaffinity(0))))')
 all=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
-affinity='python3 -c "import os; print(os.environ[\"HIERCOLL_RANK\"], sorted(os.sched_getaffinity(0)))"'
+# One write(2) per rank: the ranks share the launcher's output, and a pipe keeps a short write whole.
+affinity='python3 -c "import os; os.write(1, (\"%s %s\n\" % (os.environ[\"HIERCOLL_RANK\"], sorted(os.sched_getaffinity(0)))).encode())"'
 
 n=${#cpus[@]}
 out=$("$launch" -n "$n" -- bash -c "$affinity") || fail "launch failed"
