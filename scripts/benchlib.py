@@ -1,7 +1,8 @@
 """What the benchmark scripts share (bench-compare, bench-sharded, validate-model, scale-model): running a command
 with its output echoed, starting a *_perf benchmark on loopback or the emulated cluster and reading its rows, and
 the marked sections of a document that one script writes and the others keep; the torchrun command line and
-environment of the torch-level benchmarks (bench-torch, bench-tp-decode)."""
+environment of the torch-level benchmarks (bench-torch, bench-tp-decode); medians of alternated runs and sizes in
+words for the tables (bench-compare, bench-peers)."""
 import os
 import re
 import socket
@@ -54,6 +55,31 @@ def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layo
 def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
     """The rows of <collective>_perf (see launch_output)."""
     return rows(launch_output(sizes, env, backend, collective, layout, ranks))
+
+
+def alternated(rounds, runs):
+    """Each of `runs` (name: a function giving a series), `rounds` times in turn, and per size the run of median
+    time. Small-message times on this 2-core machine move by 2x from run to run with where the scheduler put the
+    ranks, for every backend alike; one run each, in a row, compares two draws rather than two libraries."""
+    draws = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, go in runs.items():
+            draws[name].append(go())
+    result = {}
+    for name, series in draws.items():
+        merged = []
+        for i, row in enumerate(series[0]):
+            at_size = sorted((s[i] for s in series), key=lambda r: r["time"])
+            merged.append(dict(at_size[len(at_size) // 2], wrong=sum(r["wrong"] for r in at_size)))
+        result[name] = merged
+    return result
+
+
+def human(b):
+    for unit, scale in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if b >= scale:
+            return f"{b // scale} {unit}"
+    return f"{b} B"
 
 
 def free_port():

@@ -88,10 +88,6 @@ void check_request(const transport::Request& request, int world_peer, const std:
   }
 }
 
-namespace {
-constexpr std::chrono::microseconds kPollOnly{4};
-}  // namespace
-
 void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int world_peer, Clock::time_point deadline,
                   const std::string& what, const std::atomic<bool>& aborted) {
   // Spin briefly while replies have lately come within microseconds, then sleep in the provider between completions.
@@ -113,7 +109,7 @@ void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int 
     endpoint.progress(std::chrono::microseconds(0));
     // Past the first microseconds, each poll also gives the core up: a rank that polls the network on a core its
     // peer needs (more ranks than cores) would otherwise hold it for the whole spin.
-    if (now - started > kPollOnly) std::this_thread::yield();
+    if (now - started > base::kPollOnly) std::this_thread::yield();
   }
   spin.record(Clock::now() - started);
   check_request(*request, world_peer, what);

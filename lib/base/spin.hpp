@@ -26,6 +26,11 @@ inline void cpu_relax() {
 #endif
 }
 
+/// How long a spinning wait polls before it starts yielding the core at each poll: a peer's signal often comes
+/// within it, and noticing it between sched_yield calls costs about half a microsecond more; past it, a peer that
+/// shares the core (more ranks than cores, or the scheduler's doing) gets it.
+inline constexpr std::chrono::microseconds kPollOnly{4};
+
 class AdaptiveSpin {
  public:
   explicit constexpr AdaptiveSpin(std::chrono::microseconds full) : AdaptiveSpin(full, full) {}

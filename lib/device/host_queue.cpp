@@ -38,10 +38,9 @@ void futex_wake(uint64_t* flag) {
 // while waits are typically that short (base::AdaptiveSpin: two ranks asleep in turn).
 constexpr std::chrono::microseconds kSpin{20};
 constexpr std::chrono::microseconds kLongestSpin{200};
-// A wait first only polls its flag, with the CPU's spin hint, for this long (where each rank has a core of its
+// A wait first only polls its flag, with the CPU's spin hint, for base::kPollOnly (where each rank has a core of its
 // own), reading the clock (for the deadline, the abort switch and the end of this phase) once per kPollsPerCheck
 // polls; then it yields the core at every poll until its spin budget is spent.
-constexpr std::chrono::microseconds kPollOnly{4};
 constexpr unsigned kPollsPerCheck = 64;
 thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
@@ -61,7 +60,7 @@ void check_limits(const WaitContext& context, std::chrono::steady_clock::time_po
 
 // Until flag word 0 reaches `generation`, the context's deadline or abort: spins briefly, then sleeps in the
 // kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
-// The spin polls without system calls for its first kPollOnly, which notices a signal about half a microsecond
+// The spin polls without system calls for its first base::kPollOnly, which notices a signal about half a microsecond
 // sooner than a poll between sched_yield calls does (2 ranks on 2 cores, 8 B allreduce: 0.3 against 0.5 us); then
 // each poll yields the core. Without those yields, two ranks the scheduler put on one core (a wake-up pulls the
 // wakee to the waker's core) took a whole spin each to pass the core over: 2 ranks on 2 cores, 256 KB allreduce 250-400
@@ -80,7 +79,7 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
   }
   const auto started = std::chrono::steady_clock::now();
   const auto spin_until = started + flag_spin.budget();
-  const auto poll_only_until = yield_at_once ? started : started + kPollOnly;
+  const auto poll_only_until = yield_at_once ? started : started + base::kPollOnly;
   bool polling = !yield_at_once;
   unsigned polls = 0;
   while (!reached()) {

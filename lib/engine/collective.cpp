@@ -278,15 +278,12 @@ Work CommunicatorImpl::collective(const Collective& c) {
       const algo::InterNode inter =
           algorithm == algo::Algorithm::kSharded ? algo::InterNode::kSharded : algo::InterNode::kRail;
       host = [=](algo::Channel& ch, const void* from, void* to) {
-        if (algo::single_piece(*host_memory, count * dtype_size(type))) {
-          algo::InlineStage network(ch);
-          algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op,
-                               inter);
-        } else {
-          algo::HelperStage network(*hierarchy->network, ch);
-          algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op,
-                               inter);
-        }
+        algo::InlineStage here(ch);
+        algo::HelperStage helper(*hierarchy->network, ch);
+        algo::NetworkStage& network = algo::single_piece(*host_memory, count * dtype_size(type))
+                                          ? static_cast<algo::NetworkStage&>(here)
+                                          : helper;
+        algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op, inter);
       };
       // On device buffers the intra-node phases run on the GPUs; only the network phase crosses host memory.
       if (device >= 0)
