@@ -7,6 +7,7 @@
 // A server with a job token admits a client once its first request is HELLO with that token as the value.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <unordered_map>
 
 #include "base/log.hpp"
+#include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
 #include "store/socket.hpp"
@@ -66,15 +68,13 @@ std::vector<uint8_t> encode_request(Command cmd, const std::string& key, const S
 class StoreServer {
  public:
   StoreServer(Socket listener, std::string job_token) : listener_(std::move(listener)), token_(std::move(job_token)) {
-    if (pipe2(wake_, O_CLOEXEC) != 0) throw SystemError("store: pipe2 failed");
+    if (!wake_.valid()) throw SystemError(std::string("store: eventfd failed: ") + std::strerror(errno));
     thread_ = std::thread([this] { run(); });
   }
   ~StoreServer() {
-    char byte = 0;
-    (void)!write(wake_[1], &byte, 1);
+    const uint64_t one = 1;
+    (void)!write(wake_.get(), &one, sizeof(one));
     thread_.join();
-    ::close(wake_[0]);
-    ::close(wake_[1]);
   }
   uint16_t port() const { return listener_.local_port(); }
 
@@ -91,7 +91,7 @@ class StoreServer {
     std::vector<pollfd> fds;
     for (;;) {
       fds.clear();
-      fds.push_back({wake_[0], POLLIN, 0});
+      fds.push_back({wake_.get(), POLLIN, 0});
       fds.push_back({listener_.fd(), POLLIN, 0});
       for (auto& [fd, client] : clients_) {
         fds.push_back({fd, static_cast<short>(POLLIN | (client.output.empty() ? 0 : POLLOUT)), 0});
@@ -266,7 +266,7 @@ class StoreServer {
 
   Socket listener_;
   const std::string token_;
-  int wake_[2] = {-1, -1};
+  base::UniqueFd wake_{eventfd(0, EFD_CLOEXEC)};  // the destructor wakes the server's thread
   std::thread thread_;
   std::map<int, Client> clients_;
   std::unordered_map<std::string, Store::Bytes> data_;
