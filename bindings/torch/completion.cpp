@@ -44,22 +44,40 @@ bool WorkHiercoll::wait(std::chrono::milliseconds timeout) {
   try {
     for (auto& work : stream_ordered_) work.wait();
   } catch (...) {
-    std::rethrow_exception(as_torch_error(std::current_exception(), c10d::opTypeToString(retrieveOpType()).c_str()));
+    std::rethrow_exception(as_torch_error(std::current_exception(), c10d::opTypeToString(retrieveOpType()), rank_));
   }
   return true;
 }
 
-std::exception_ptr as_torch_error(std::exception_ptr error, const char* what) {
+void throw_as_torch(const hiercoll::Error& error, const std::string& op, int rank) {
+  const std::string where = "[hiercoll rank " + std::to_string(rank) + ", " + op + "] ";
+  if (const auto* lost = dynamic_cast<const hiercoll::PeerLostError*>(&error)) {
+    const std::string peer = "peer rank " + std::to_string(lost->rank());
+    C10_THROW_ERROR(DistNetworkError, where + (lost->connection_closed() ? "Connection closed by " + peer
+                                                                         : "Timed out waiting for " + peer + "'s heartbeat") +
+                                          ": " + error.what());
+  }
+  switch (error.code()) {
+    case hiercoll::ErrorCode::kTimeout:
+      C10_THROW_ERROR(DistBackendError, where + "Timed out waiting for the operation to complete: " + error.what());
+    case hiercoll::ErrorCode::kInvalidUsage:
+      TORCH_CHECK(false, "hiercoll ", op, " (", hiercoll::to_string(error.code()), "): ", error.what());
+    default:
+      C10_THROW_ERROR(DistBackendError,
+                      where + "failed (" + hiercoll::to_string(error.code()) + "): " + error.what());
+  }
+}
+
+std::exception_ptr as_torch_error(std::exception_ptr error, const std::string& op, int rank) {
   try {
     std::rethrow_exception(error);
   } catch (const hiercoll::Error& e) {
     try {
-      TORCH_CHECK(false, "hiercoll ", what, " failed (", hiercoll::to_string(e.code()), "): ", e.what());
+      throw_as_torch(e, op, rank);
     } catch (...) {
       return std::current_exception();
     }
   } catch (...) {
-    return std::current_exception();
   }
   return error;
 }
@@ -305,7 +323,7 @@ std::exception_ptr CompletionThread::settle(Pending& pending) {
   } catch (...) {
     if (!error) error = std::current_exception();
   }
-  if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()).c_str());
+  if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()), pending.handle->rank());
   return error;
 }
 

@@ -63,6 +63,7 @@ class WorkHiercoll : public c10d::Work {
   void set_receive(hiercoll::Work receive) { receive_ = std::move(receive); }
   int sourceRank() const override;
   bool stream_ordered() const { return !stream_ordered_.empty(); }
+  int rank() const { return rank_; }
   /// True if the results are where the caller wants them as soon as the operations finish.
   bool in_place() const { return tensors_.copy_back.empty(); }
   /// Once every operation succeeded: copies the results into the caller's tensors. Either way, lets the
@@ -138,7 +139,14 @@ class CompletionThread {
   std::thread thread_;
 };
 
-/// A hiercoll::Error becomes the c10::Error that torch's Python layer raises as RuntimeError; others pass.
-std::exception_ptr as_torch_error(std::exception_ptr error, const char* what);
+/// The error torch raises for a hiercoll::Error in operation `op` on `rank`. Its text leads with the phrase gloo
+/// uses in the same situation, which PyTorch's own tests, torchelastic and log scrapers look for ("Timed out waiting",
+/// "Connection closed by peer"), then gives hiercoll's detail (who, which operation, how long):
+///   [hiercoll rank 0, ALLREDUCE] Connection closed by peer rank 1: allreduce(...) [hier]: rank 1 (pid 7) died: ...
+/// A lost peer raises DistNetworkError, other failures of the group DistBackendError (as ProcessGroupNCCL's), usage
+/// errors c10::Error; in Python all are RuntimeError.
+[[noreturn]] void throw_as_torch(const hiercoll::Error& error, const std::string& op, int rank);
+/// throw_as_torch's error as an exception_ptr, for a hiercoll::Error; any other error passes unchanged.
+std::exception_ptr as_torch_error(std::exception_ptr error, const std::string& op, int rank);
 
 }  // namespace hiercoll_torch

@@ -139,13 +139,13 @@ CallTensors staged(const at::Tensor& t, const at::Tensor& h, std::vector<at::Ten
 // A call whose results are in the caller's tensors, reading or writing `buffers` of its own as well.
 CallTensors keeping(std::vector<at::Tensor> buffers) { return CallTensors{std::move(buffers), {}}; }
 
-// hiercoll's usage errors, raised while a call is issued, reach Python as RuntimeError with the call named.
+// hiercoll's errors raised while a call is issued (usage errors, mostly) reach Python with the call named.
 template <class F>
-auto issue(const char* op, F&& body) -> decltype(body()) {
+auto issue(const char* op, int rank, F&& body) -> decltype(body()) {
   try {
     return body();
   } catch (const hiercoll::Error& e) {
-    TORCH_CHECK(false, "hiercoll ", op, " (", hiercoll::to_string(e.code()), "): ", e.what());
+    throw_as_torch(e, op, rank);
   }
 }
 
@@ -208,7 +208,7 @@ std::vector<hiercoll::Work> ProcessGroupHiercoll::exchange(const std::vector<at:
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::Tensor>& tensors,
                                                                const c10d::BroadcastOptions& opts) {
-  return issue("broadcast", [&] {
+  return issue("broadcast", rank_, [&] {
     at::Tensor t = single(tensors, "broadcast");
     check_rank(opts.rootRank, size_, "root", "broadcast");
     at::Tensor h = working(t);
@@ -221,7 +221,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse_coo(tensors, opts);
-  return issue("allreduce", [&] {
+  return issue("allreduce", rank_, [&] {
     at::Tensor t = single(tensors, "allreduce");
     at::Tensor h = working(t);
     premultiply_(h, opts.reduceOp);
@@ -242,7 +242,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_sparse_coo(std::v
   // largest count of entries), and each sums them all in rank order and coalesces, so every rank holds the same
   // sparse tensor. In three allgathers on the calling thread: the shape, then indices, then values; the Work it
   // returns is finished.
-  return issue("allreduce", [&] {
+  return issue("allreduce", rank_, [&] {
     TORCH_CHECK(tensors.size() == 1, "hiercoll allreduce: expects exactly one tensor per process, got ",
                 tensors.size());
     at::Tensor& t = tensors[0];
@@ -293,7 +293,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_sparse_coo(std::v
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                          const c10d::AllreduceCoalescedOptions& opts) {
-  return issue("allreduce_coalesced", [&] {
+  return issue("allreduce_coalesced", rank_, [&] {
     TORCH_CHECK(!tensors.empty(), "hiercoll allreduce_coalesced: no tensors");
     std::vector<at::Tensor> flat;
     for (const auto& t : tensors) {
@@ -314,7 +314,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::ve
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::ReduceOptions& opts) {
-  return issue("reduce", [&] {
+  return issue("reduce", rank_, [&] {
     at::Tensor t = single(tensors, "reduce");
     check_rank(opts.rootRank, size_, "root", "reduce");
     at::Tensor h = working(t);
@@ -329,7 +329,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                                std::vector<at::Tensor>& inputs,
                                                                const c10d::AllgatherOptions&) {
-  return issue("allgather", [&] {
+  return issue("allgather", rank_, [&] {
     at::Tensor in = single(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1, "hiercoll allgather: expects one output list per process, got ", outputs.size());
     auto& outs = outputs[0];
@@ -352,7 +352,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::AllgatherOptions&) {
-  return issue("_allgather_base", [&] {
+  return issue("_allgather_base", rank_, [&] {
     check_tensor(input, "all_gather_into_tensor");
     check_tensor(output, "all_gather_into_tensor");
     check_same_kind(input, output, "all_gather_into_tensor");
@@ -378,7 +378,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_into_tensor_coale
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
-  return issue("allgather_coalesced", [&] {
+  return issue("allgather_coalesced", rank_, [&] {
     // One allgather of every input laid end to end; output_lists[r][i] receives rank r's inputs[i].
     TORCH_CHECK(!inputs.empty(), "hiercoll all_gather_coalesced: no input tensors");
     TORCH_CHECK(static_cast<int>(output_lists.size()) == size_, "hiercoll all_gather_coalesced: ", output_lists.size(),
@@ -417,7 +417,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::GatherOptions& opts) {
-  return issue("gather", [&] {
+  return issue("gather", rank_, [&] {
     at::Tensor in = single(inputs, "gather");
     check_rank(opts.rootRank, size_, "root", "gather");
     std::vector<at::Tensor> outs;
@@ -442,7 +442,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vec
 #if HIERCOLL_TORCH_HAS_GATHER_SINGLE
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_into_tensor(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::GatherOptions& opts) {
-  return issue("gather_single", [&] {
+  return issue("gather_single", rank_, [&] {
     check_tensor(input, "gather_single");
     check_rank(opts.rootRank, size_, "root", "gather_single");
     std::vector<at::Tensor> parts;
@@ -474,7 +474,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_to_root(const at::Te
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Tensor>& outputs,
                                                              std::vector<std::vector<at::Tensor>>& inputs,
                                                              const c10d::ScatterOptions& opts) {
-  return issue("scatter", [&] {
+  return issue("scatter", rank_, [&] {
     at::Tensor out = single(outputs, "scatter");
     check_rank(opts.rootRank, size_, "root", "scatter");
     at::Tensor hout = host(out);
@@ -502,7 +502,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                     std::vector<std::vector<at::Tensor>>& inputs,
                                                                     const c10d::ReduceScatterOptions& opts) {
-  return issue("reduce_scatter", [&] {
+  return issue("reduce_scatter", rank_, [&] {
     at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                 "hiercoll reduce_scatter: expects one input list of ", size_, " tensors");
@@ -525,7 +525,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                           const c10d::ReduceScatterOptions& opts) {
-  return issue("_reduce_scatter_base", [&] {
+  return issue("_reduce_scatter_base", rank_, [&] {
     check_tensor(input, "reduce_scatter_tensor");
     check_tensor(output, "reduce_scatter_tensor");
     check_same_kind(input, output, "reduce_scatter_tensor");
@@ -553,7 +553,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& o
                                                                    std::vector<int64_t>& output_split_sizes,
                                                                    std::vector<int64_t>& input_split_sizes,
                                                                    const c10d::AllToAllOptions&) {
-  return issue("alltoall_base", [&] {
+  return issue("alltoall_base", rank_, [&] {
     check_tensor(input, "all_to_all_single");
     check_tensor(output, "all_to_all_single");
     check_same_kind(input, output, "all_to_all_single");
@@ -601,7 +601,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& o
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Tensor>& outputs,
                                                               std::vector<at::Tensor>& inputs,
                                                               const c10d::AllToAllOptions&) {
-  return issue("alltoall", [&] {
+  return issue("alltoall", rank_, [&] {
     TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
                 "hiercoll all_to_all: expects ", size_, " input and output tensors, got ", inputs.size(), " and ",
                 outputs.size());
@@ -625,11 +625,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::barrier(const c10d::BarrierOptions&) {
-  return issue("barrier", [&] { return submit(c10d::OpType::BARRIER, {comm_.barrier()}, {}); });
+  return issue("barrier", rank_, [&] { return submit(c10d::OpType::BARRIER, {comm_.barrier()}, {}); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return issue("send", [&] {
+  return issue("send", rank_, [&] {
     at::Tensor t = single(tensors, "send");
     check_rank(dst_rank, size_, "destination rank", "send");
     TORCH_CHECK(tag >= 0, "hiercoll send: tags must be >= 0, got ", tag);
@@ -640,14 +640,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return issue("recv", [&] {
+  return issue("recv", rank_, [&] {
     check_rank(src_rank, size_, "source rank", "recv");
     return receive(tensors, src_rank, tag, c10d::OpType::RECV);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return issue("recv",
+  return issue("recv", rank_,
                [&] { return receive(tensors, hiercoll::Communicator::kAnySource, tag, c10d::OpType::RECVANYSOURCE); });
 }
 
@@ -720,7 +720,7 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptio
 }
 
 void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
-  issue("set_timeout", [&] { comm_.set_timeout(timeout); });
+  issue("set_timeout", rank_, [&] { comm_.set_timeout(timeout); });
   timeout_ = timeout;
 }
 
@@ -728,7 +728,7 @@ void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                               const std::vector<int>& ranks,
                                                               const c10::intrusive_ptr<Options>& opts) {
-  return issue("split", [&]() -> c10::intrusive_ptr<c10d::Backend> {
+  return issue("split", rank_, [&]() -> c10::intrusive_ptr<c10d::Backend> {
     for (int r : ranks) check_rank(r, size_, "rank", "split");
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
     if (me == ranks.end()) return {};  // not a member: as ncclCommSplit's NO_COLOR
@@ -767,12 +767,30 @@ uint64_t ProcessGroupHiercoll::getSequenceNumberForGroup() { return sequence_; }
 
 void ProcessGroupHiercoll::waitForPendingWorks() { completion_.drain(); }
 
+// Errors in gloo's words (ProcessGroupGloo::monitoredBarrier), which torch's tests and users' tools look for, each
+// followed by hiercoll's detail.
 void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const std::string ms = std::to_string(timeout.count()) + " ms";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left = [&] {
     return std::chrono::duration_cast<std::chrono::microseconds>(
         std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
+  };
+  auto why = [](const hiercoll::Work& work) {  // a failed operation's error; "" while it is still waiting
+    if (auto error = work.error()) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        return std::string(": ") + e.what();
+      }
+    }
+    return std::string();
+  };
+  auto join = [](const std::vector<int>& ranks) {
+    std::string text;
+    for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+    return text;
   };
   // Every rank but 0 reports to rank 0, which then releases each. The tokens live in the Work below: a
   // rank that never arrives leaves its receive posted after this returns.
@@ -783,7 +801,7 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     tokens.push_back(at::zeros({1}, at::kInt));
     return tokens.back().data_ptr();
   };
-  issue("monitored_barrier", [&] {
+  issue("monitored_barrier", rank_, [&] {
     if (rank_ == 0) {
       for (int peer = 1; peer < size_; ++peer) {
         works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, peer, kArriveTag));
@@ -799,26 +817,41 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     for (auto& work : works) {
       if (work.wait_for(left()) && !work.error()) continue;
       barrier_failed_ = true;
-      TORCH_CHECK(false, "hiercoll monitored_barrier: rank ", rank_, " was not released by rank 0 within ",
-                  timeout.count(), " ms");
+      TORCH_CHECK(false, "Rank ", rank_, " successfully reached monitoredBarrier, but received errors while waiting ",
+                  "for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n hiercoll: rank 0 did not ",
+                  "release rank ", rank_, " within ", ms, why(work));
     }
     return;
   }
-  std::vector<int> missing;
+  // Rank 0 waits for each rank in turn; with wait_all_ranks every one gets the whole timeout, as in gloo.
+  std::vector<int> missing, arrived;
+  std::string detail;
+  bool out_of_time = false;
   for (int peer = 1; peer < size_ && (wait_all_ranks || missing.empty()); ++peer) {
     auto& arrival = works[peer - 1];
-    if (!arrival.wait_for(left()) || arrival.error()) missing.push_back(peer);
+    const auto limit = wait_all_ranks ? std::chrono::microseconds(timeout) : left();
+    out_of_time = out_of_time || limit.count() == 0;
+    if (arrival.wait_for(limit) && !arrival.error()) {
+      arrived.push_back(peer);
+      continue;
+    }
+    missing.push_back(peer);
+    detail += "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + ms + why(arrival);
   }
   if (!missing.empty()) {
     barrier_failed_ = true;
-    std::string ranks;
-    for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    TORCH_CHECK(false, "hiercoll monitored_barrier: rank", missing.size() > 1 ? "s " : " ", ranks,
-                " did not arrive within ", timeout.count(), " ms");
+    std::string text = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + join(missing) +
+                       " failed to pass monitoredBarrier in " + ms;
+    if (out_of_time && !wait_all_ranks) {
+      text += "\n Rank 0 timed out in monitoredBarrier after " + ms + ". " +
+              (arrived.empty() ? "No ranks successfully processed in monitoredBarrier."
+                               : "Successfully processed ranks: " + join(arrived));
+    }
+    TORCH_CHECK(false, text, detail);
   }
   std::vector<hiercoll::Work> releases;
   std::vector<at::Tensor> release_tokens;
-  issue("monitored_barrier", [&] {
+  issue("monitored_barrier", rank_, [&] {
     for (int peer = 1; peer < size_; ++peer) {
       release_tokens.push_back(at::zeros({1}, at::kInt));
       releases.push_back(
@@ -828,14 +861,14 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
   for (size_t i = 0; i < releases.size(); ++i) {
     if (releases[i].wait_for(left()) && !releases[i].error()) continue;
     barrier_failed_ = true;
-    TORCH_CHECK(false, "hiercoll monitored_barrier: rank ", i + 1, " did not take its release within ",
-                timeout.count(), " ms");
+    TORCH_CHECK(false, "[Rank 0]: Rank ", i + 1, " failed to pass monitoredBarrier in ", ms, "\n hiercoll: rank ",
+                i + 1, " did not take its release within ", ms, why(releases[i]));
   }
 }
 
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                        std::chrono::milliseconds timeout, const std::string& name) {
-  return issue("init_process_group", [&] {
+  return issue("init_process_group", rank, [&] {
     TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
                 " is outside a group of ", size);
     c10::intrusive_ptr<compat::BackendBase> group =

@@ -43,4 +43,19 @@ HIERCOLL_DEFINE_ERROR(CudaError, ErrorCode::kCudaError)
 HIERCOLL_DEFINE_ERROR(InternalError, ErrorCode::kInternal)
 #undef HIERCOLL_DEFINE_ERROR
 
+/// A RemoteError that names the peer it lost: the process of rank `rank()` died, aborted its communicator or went
+/// silent (see the message). `connection_closed()` is true when its connection was closed (a death or an abort)
+/// rather than timed out by heartbeats. Raised by every operation pending or issued after the loss is noticed.
+class HIERCOLL_API PeerLostError : public RemoteError {
+ public:
+  PeerLostError(const std::string& message, int rank, bool connection_closed)
+      : RemoteError(message), rank_(rank), connection_closed_(connection_closed) {}
+  int rank() const noexcept { return rank_; }
+  bool connection_closed() const noexcept { return connection_closed_; }
+
+ private:
+  int rank_;
+  bool connection_closed_;
+};
+
 }  // namespace hiercoll

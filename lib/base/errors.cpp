@@ -67,7 +67,15 @@ const char* to_string(ReduceOp op) {
   return "unknown";
 }
 
+base::Failure base::Failure::of(const Error& e) {
+  Failure failure{e.code(), e.what()};
+  if (const auto* lost = dynamic_cast<const PeerLostError*>(&e)) failure.lost = Lost{lost->rank(), lost->connection_closed()};
+  return failure;
+}
+
 void base::throw_failure(const Failure& failure) {
+  if (failure.lost && failure.code == ErrorCode::kRemoteError)
+    throw PeerLostError(failure.message, failure.lost->rank, failure.lost->connection_closed);
   switch (failure.code) {
     case ErrorCode::kInvalidUsage: throw InvalidUsageError(failure.message);
     case ErrorCode::kTimeout: throw TimeoutError(failure.message);

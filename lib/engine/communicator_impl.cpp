@@ -164,7 +164,9 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   watch.heartbeat_timeout = std::chrono::milliseconds(settings_.heartbeat_timeout_ms);
   watch.connect_timeout = options_.timeout;
   watch.socket_ifname = settings_.socket_ifname;
-  auto report = [this](int, const std::string& reason) { halt(reason); };
+  auto report = [this](int rank, bool connection_closed, const std::string& reason) {
+    halt(reason, base::Failure::Lost{rank, connection_closed});
+  };
   const bool watched = size_ > 1 && settings_.peer_watch;
   if (watched && rank_ == 0) {  // published before rank 0's address: whoever sees that sees this too
     watch_ = PeerWatch::hub(watch, report);
@@ -305,11 +307,12 @@ void CommunicatorImpl::abort() {
   if (watch_) watch_->leave(/*aborted=*/true);  // the peers' operations with this rank cannot finish: they hear it
 }
 
-void CommunicatorImpl::halt(const std::string& reason) {
+void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failure::Lost> lost) {
   {
     std::lock_guard<std::mutex> lock(halt_mutex_);
     if (!halt_reason_.empty()) return;
     halt_reason_ = reason;
+    halt_lost_ = lost;
   }
   halt_cv_.notify_all();
   aborted_ = true;
@@ -318,14 +321,11 @@ void CommunicatorImpl::halt(const std::string& reason) {
   queue_cv_.notify_all();
 }
 
-std::string CommunicatorImpl::halt_reason() {
-  std::lock_guard<std::mutex> lock(halt_mutex_);
-  return halt_reason_;
-}
-
 void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& what) {
   if (aborted_ && failure.code == ErrorCode::kRemoteError) {
-    failure.message = what + ": " + halt_reason();
+    std::lock_guard<std::mutex> lock(halt_mutex_);
+    failure.message = what + ": " + halt_reason_;
+    failure.lost = halt_lost_;
     return;
   }
   // A peer's death can reach the data path first: the fabric reports the connection's loss as an error that
@@ -336,8 +336,8 @@ void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& w
   std::unique_lock<std::mutex> lock(halt_mutex_);
   if (halt_cv_.wait_for(lock, PeerWatch::kReportGrace + std::chrono::milliseconds(500),
                         [&] { return !halt_reason_.empty(); })) {
-    failure = base::Failure{ErrorCode::kRemoteError, what + ": " + halt_reason_ + " (the data path saw: " +
-                                                         failure.message + ")"};
+    failure = base::Failure{ErrorCode::kRemoteError,
+                            what + ": " + halt_reason_ + " (the data path saw: " + failure.message + ")", halt_lost_};
   }
 }
 
@@ -521,6 +521,7 @@ void CommunicatorImpl::break_on(const std::string& what, const std::string& mess
 }
 
 void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
+  if (failure.code == ErrorCode::kTimeout) failure.message += " (timeout " + std::to_string(timeout().count()) + " ms)";
   if (failure.code == ErrorCode::kTimeout && size_ > 1) {
     // Every rank stuck in a collective times out at about the same moment and asks the others through the store
     // how far they got; a short grace, so the error is not much later than the timeout itself.
@@ -542,7 +543,8 @@ void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
   }
 }
 
-void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
+void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason,
+                                std::optional<base::Failure::Lost> lost) {
   auto now = algo::Clock::now();
   for (auto it = p2p_.begin(); it != p2p_.end();) {
     std::optional<base::Failure> failure;
@@ -554,7 +556,7 @@ void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason) {
         failure = base::Failure::of(e);
       }
     } else if (all_failed) {
-      failure = base::Failure{ErrorCode::kRemoteError, it->what + ": " + reason};
+      failure = base::Failure{ErrorCode::kRemoteError, it->what + ": " + reason, lost};
       finished = true;
     } else if (now >= it->deadline) {
       const std::string within = " within " + std::to_string(timeout().count()) + " ms";
@@ -605,9 +607,15 @@ void CommunicatorImpl::progress_loop() {
 }
 
 void CommunicatorImpl::fail_pending_p2p() {
-  const std::string why = halt_reason();
+  std::string why;
+  std::optional<base::Failure::Lost> lost;
+  {
+    std::lock_guard<std::mutex> lock(halt_mutex_);
+    why = halt_reason_;
+    lost = halt_lost_;
+  }
   endpoint_->cancel_all(why);
-  poll_p2p(true, why);
+  poll_p2p(true, why, lost);
 }
 
 }  // namespace hiercoll::engine

@@ -107,7 +107,7 @@ class CommunicatorImpl {
   void run_op(Op& op);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
   void on_collective_failure(base::Failure& failure);
-  void poll_p2p(bool all_failed, const std::string& reason);
+  void poll_p2p(bool all_failed, const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt);
   /// Halted: cancels the point-to-point requests still posted; their Works fail with the halt's reason.
   void fail_pending_p2p();
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
@@ -119,10 +119,8 @@ class CommunicatorImpl {
   /// After operation `what` failed with `message`: later operations fail with it; pending requests are cancelled.
   void break_on(const std::string& what, const std::string& message);
   /// Every wait gives up and every later operation fails, with `reason` (the first one given): abort(), or the
-  /// peer watch reporting a rank that died (any thread).
-  void halt(const std::string& reason);
-  /// Why the communicator halted ("" if it has not).
-  std::string halt_reason();
+  /// peer watch reporting a rank that died (any thread), which it names in `lost`.
+  void halt(const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt);
   /// A failure that came from a halt (a wait gave up) says why the communicator halted; one the data path saw
   /// (a fabric error) waits a moment for the peer watch to name a dead rank behind it.
   void explain_halt(base::Failure& failure, const std::string& what);
@@ -163,6 +161,7 @@ class CommunicatorImpl {
   std::atomic<bool> aborted_{false};  // halted: every wait of every operation gives up (see halt())
   std::mutex halt_mutex_;
   std::string halt_reason_;  // under halt_mutex_
+  std::optional<base::Failure::Lost> halt_lost_;  // under halt_mutex_: the peer whose loss halted it
   std::condition_variable halt_cv_;  // halt_reason_ set
   std::unique_ptr<PeerWatch> watch_;  // made in bootstrap(); reports into halt()
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.

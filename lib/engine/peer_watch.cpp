@@ -291,7 +291,7 @@ class PeerWatch::Impl {
       }
       if (report_ && !reported_ && now >= report_->due) {
         reported_ = true;
-        on_failure_(report_->rank, report_->reason);
+        on_failure_(report_->rank, report_->connection_closed, report_->reason);
       }
       auto wake_at = next_beat;
       if (report_ && !reported_) wake_at = std::min(wake_at, report_->due);
@@ -483,7 +483,8 @@ class PeerWatch::Impl {
   void report(int rank, uint32_t pid, Cause cause) {
     const std::string reason = rank_text(rank, pid) + " " + describe(cause, options_.heartbeat_timeout);
     HIERCOLL_LOG(kWarn, "peer watch: " << reason);
-    if (!report_) report_ = Report{rank, reason, Clock::now() + kReportGrace};
+    const bool connection_closed = cause == Cause::kClosed || cause == Cause::kAborted;
+    if (!report_) report_ = Report{rank, connection_closed, reason, Clock::now() + kReportGrace};
   }
 
   void say_goodbye() {
@@ -500,6 +501,7 @@ class PeerWatch::Impl {
 
   struct Report {
     int rank;
+    bool connection_closed;
     std::string reason;
     Clock::time_point due;
   };

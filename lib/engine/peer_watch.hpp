@@ -36,8 +36,9 @@ class PeerWatch {
     /// HIERCOLL_SOCKET_IFNAME: the hub publishes this interface's address first.
     std::string socket_ifname;
   };
-  /// Called once, on the watch's thread, for the first rank that died, aborted or went silent.
-  using OnFailure = std::function<void(int rank, const std::string& reason)>;
+  /// Called once, on the watch's thread, for the first rank that died, aborted or went silent;
+  /// `connection_closed` tells the first two (its connection ended) from the last (heartbeats stopped).
+  using OnFailure = std::function<void(int rank, bool connection_closed, const std::string& reason)>;
 
   /// How long after a death is noticed it is reported.
   static constexpr std::chrono::milliseconds kReportGrace{300};

@@ -621,6 +621,11 @@ TEST_CASE("a rank that dies in any phase of any algorithm is named by every surv
       case_worst = std::max(case_worst, ms);
       CHECK(ms <= (silent ? 1000 + 2000 : 2000));  // silence: the heartbeat timeout, then as fast as a death
       CHECK(names_rank(out.substr(out.find("NOTICED_AT ")), c.victim));
+      // The error is a PeerLostError naming the rank, as structured data: its connection closed (a death), or
+      // its heartbeats stopped (silence); the next operation's error names it the same way.
+      const std::string victim_text = "rank=" + std::to_string(c.victim);
+      CHECK_THAT(out, Catch::Contains("PEER_LOST " + victim_text + " closed=" + (silent ? "0" : "1")));
+      CHECK_THAT(out, Catch::Contains("NEXT PEER_LOST " + victim_text));
       const long long next_ms = number_after(out, "NEXT FAILED in ");
       CHECK((next_ms >= 0 && next_ms < 500));
     }

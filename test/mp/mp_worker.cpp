@@ -335,6 +335,8 @@ void run_die_timed(Communicator& comm) {
     ++g_failures;
   } catch (const Error& e) {
     std::printf("NOTICED_AT %lld [%s]: %s\n", static_cast<long long>(steady_ns()), to_string(e.code()), e.what());
+    if (const auto* lost = dynamic_cast<const PeerLostError*>(&e))
+      std::printf("PEER_LOST rank=%d closed=%d\n", lost->rank(), lost->connection_closed() ? 1 : 0);
     const char* pid = std::strstr(e.what(), "(pid ");
     if (how == "stop" && comm.rank() == (victim == 0 ? 1 : 0) && pid != nullptr) kill(std::atoi(pid + 5), SIGKILL);
     const auto start = std::chrono::steady_clock::now();
@@ -345,6 +347,8 @@ void run_die_timed(Communicator& comm) {
     } catch (const Error& next) {
       const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       std::printf("NEXT FAILED in %.1f ms [%s]: %s\n", ms, to_string(next.code()), next.what());
+      if (const auto* lost = dynamic_cast<const PeerLostError*>(&next))
+        std::printf("NEXT PEER_LOST rank=%d\n", lost->rank());
     }
   }
 }

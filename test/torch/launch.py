@@ -32,7 +32,7 @@ def base_env(extra=None):
         }
     )
     env.update(extra or {})
-    return env
+    return {key: value for key, value in env.items() if value is not None}  # None in `extra`: unset
 
 
 # Variables torch or its libraries read while loading: a run that sets its own cannot use the zygote, whose children

@@ -192,6 +192,14 @@ def test_ddp_across_emulated_nodes_matches_gloo(emulated_cluster, tmp_path):
     _assert_same_parameters(results["hiercoll"], results["gloo"], 1e-5)
 
 
+@pytest.mark.parametrize("backend", ["hiercoll", "gloo"])
+def test_error_texts_match_gloo(backend):
+    """A timed-out barrier, failed monitored barriers and a dead peer raise what torch's tests expect of gloo."""
+    # The groups' own timeouts, as gloo's: HIERCOLL_TIMEOUT_MS would override them.
+    outputs = run_ranks(3, "worker_error_texts.py", [backend], env={"HIERCOLL_TIMEOUT_MS": None}, timeout=120)
+    assert sum(": 0 problems" in out for out in outputs) == 2, outputs
+
+
 @pytest.mark.parametrize("size", [pytest.param(2, marks=pytest.mark.quick), 4])
 def test_disagreeing_and_dead_peers_raise_at_once(size):
     outputs = run_ranks(size, "worker_failures.py", env={"HIERCOLL_TIMEOUT_MS": "120000"})

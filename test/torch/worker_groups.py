@@ -112,10 +112,12 @@ def test_set_timeout_and_monitored_barrier():
     broken = dist.new_group(backend="hiercoll", timeout=timedelta(seconds=4))
     if RANK == 0:
         expect_error("monitored_barrier with a missing rank", lambda: broken.monitored_barrier(
-            timedelta(seconds=2), wait_all_ranks=True), f"rank {late} did not arrive", "2000 ms")
+            timedelta(seconds=2), wait_all_ranks=True), f"Rank {late} failed to pass monitoredBarrier in 2000 ms",
+            f"rank {late} did not arrive within 2000 ms")
     elif RANK != late:
         expect_error("monitored_barrier on a rank rank 0 did not release",
-                     lambda: broken.monitored_barrier(timedelta(seconds=2)), "not released")
+                     lambda: broken.monitored_barrier(timedelta(seconds=2)), "successfully reached monitoredBarrier",
+                     f"rank 0 did not release rank {RANK}")
     dist.barrier()
 
 

@@ -28,7 +28,7 @@ struct Reports {
   std::condition_variable changed;
   std::vector<std::pair<int, std::string>> seen;
   PeerWatch::OnFailure callback() {
-    return [this](int rank, const std::string& reason) {
+    return [this](int rank, bool, const std::string& reason) {
       std::lock_guard<std::mutex> lock(mutex);
       seen.emplace_back(rank, reason);
       changed.notify_all();
