@@ -167,41 +167,75 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   auto report = [this](int rank, bool connection_closed, const std::string& reason) {
     halt(reason, base::Failure::Lost{rank, connection_closed});
   };
+  // The watch comes first, so that a rank dying anywhere in the rest of start-up is noticed at once (waits on the
+  // store below give up when the watch reports it), not at the timeout. Rank 0 publishes the hub's contact, then its
+  // node (so whoever sees node/0 and no contact knows rank 0 runs without a watch); every other rank joins the hub
+  // before publishing anything: whoever has a rank's address has its death. A rank that dies before it joins is not
+  // seen here (launchers end such jobs: hiercoll_launch, torchrun, mpirun).
   const bool watched = size_ > 1 && settings_.peer_watch;
-  if (watched && rank_ == 0) {  // published before rank 0's address: whoever sees that sees this too
+  if (watched && rank_ == 0) {
     watch_ = PeerWatch::hub(watch, report);
     store.set("watch", watch_->contact());
   }
-  store.set("node/" + std::to_string(rank_), node_id);
+  if (rank_ == 0) store.set("node/0", node_id);
+  if (watched && rank_ != 0) {
+    wait_for_keys(store, {"node/0"}, [&] { return "rank 0 never arrived"; });
+    if (store.check({"watch"})) {
+      watch_ = PeerWatch::spoke(watch, store.get_string("watch"), store.get_string("node/0") == node_id, report);
+    } else {
+      HIERCOLL_LOG(kWarn, "rank 0 runs without the peer watch (HIERCOLL_PEER_WATCH=0 there): a dead rank is noticed "
+                          "at the timeout");
+    }
+  }
+  if (rank_ != 0) store.set("node/" + std::to_string(rank_), node_id);
   store.set("addr/" + std::to_string(rank_), endpoint_->address());
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back("addr/" + std::to_string(r));
-  try {
-    store.wait(keys, options_.timeout);
-  } catch (const TimeoutError&) {
-    throw TimeoutError("Communicator::create: rank(s) " + missing_ranks(store, size_) + " of " + std::to_string(size_) +
-                       " never arrived within " + std::to_string(options_.timeout.count()) + " ms (communicator '" +
-                       options_.name + "')");
-  }
+  wait_for_keys(store, keys, [&] { return "rank(s) " + missing_ranks(store, size_) + " of " + std::to_string(size_) +
+                                          " never arrived"; });
   std::vector<std::vector<uint8_t>> addresses;
   std::vector<std::string> node_ids;
   for (int r = 0; r < size_; ++r) {
     addresses.push_back(store.get(keys[r]));
     node_ids.push_back(store.get_string("node/" + std::to_string(r)));
   }
-  if (watched && rank_ != 0) {
-    if (store.check({"watch"})) {
-      watch_ = PeerWatch::spoke(watch, store.get_string("watch"), node_ids[0] == node_ids[rank_], report);
-    } else {
-      HIERCOLL_LOG(kWarn, "rank 0 runs without the peer watch (HIERCOLL_PEER_WATCH=0 there): a dead rank is noticed "
-                          "at the timeout");
-    }
-  }
   endpoint_->connect(rank_, addresses);
   layout_ = Layout::from_node_ids(node_ids, rank_);
   if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
   fit_chunks_to_provider();
   setup_hierarchy(store, instance);
+}
+
+void CommunicatorImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
+                                     const std::function<std::string()>& missing) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  auto halted = [&] {
+    if (!aborted_) return;
+    base::Failure failure{ErrorCode::kRemoteError, {}};
+    explain_halt(failure, "Communicator::create");
+    base::throw_failure(failure);
+  };
+  if (!watch_) {
+    try {
+      return store.wait(keys, options_.timeout);
+    } catch (const TimeoutError&) {
+    }
+  } else {
+    // In short checks, sleeping on the halt signal between them: the peer watch may report a death meanwhile.
+    // Each check is one store request; 20 a second per rank, as a hiercoll TcpStore's own wait polls.
+    auto pause = std::chrono::milliseconds(1);
+    while (!store.check(keys)) {
+      halted();
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::unique_lock<std::mutex> lock(halt_mutex_);
+      halt_cv_.wait_for(lock, pause, [&] { return !halt_reason_.empty(); });
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+    halted();
+    if (store.check(keys)) return;
+  }
+  throw TimeoutError("Communicator::create: " + missing() + " within " + std::to_string(options_.timeout.count()) +
+                     " ms (communicator '" + options_.name + "')");
 }
 
 void CommunicatorImpl::fit_chunks_to_provider() {
@@ -252,12 +286,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     } else {
       const std::string maker = "rank " + std::to_string(layout_.rank_at(layout_.node, 0)) + " (local rank 0 of node " +
                                 std::to_string(layout_.node) + ", which makes the node's shared memory)";
-      try {
-        store.wait({key}, options_.timeout);
-      } catch (const TimeoutError&) {
-        throw TimeoutError("Communicator::create: " + maker + " did not publish it within " +
-                           std::to_string(options_.timeout.count()) + " ms: dead, or stuck in start-up");
-      }
+      wait_for_keys(store, {key}, [&] { return maker + " did not publish it: dead, or stuck in start-up"; });
       try {
         arena_ = transport::NodeArena::attach(store.get_string(key), layout_.local_rank, layout_.local_size, buffers,
                                               cost_model_.shm_piece_bytes);

@@ -98,6 +98,9 @@ class CommunicatorImpl {
 
   void bootstrap(Store& store, const std::string& instance);
   void setup_hierarchy(Store& store, const std::string& instance);
+  /// Waits for `keys` in `store` for the communicator's timeout, giving up at once when the peer watch reports a
+  /// lost rank (PeerLostError). The TimeoutError says what `missing()` returns, then how long it waited.
+  void wait_for_keys(Store& store, const std::vector<std::string>& keys, const std::function<std::string()>& missing);
   /// Network messages no larger than the provider's eager size, between nodes, unless HIERCOLL_CHUNK_BYTES says.
   void fit_chunks_to_provider();
   /// The start-up link probe (algo::probe_link) between nodes 0 and 1; its figures replace the cost model's

@@ -1,7 +1,7 @@
 // One rank of the start-up failure tests: creates a communicator through a store that can end this process at a
 // chosen step, as a kill -9 would. Every step of start-up (publishing this rank's node and address, waiting for
 // and reading everyone's, the node's shared-memory name) is a store call, so "the k-th store call" names a step;
-// the init barrier comes after the last one.
+// the init barrier comes after the last one. Polls that find nothing are not steps (see DyingStore::check).
 //
 //   HIERCOLL_TEST_VICTIM=r          the rank that dies (others survive)
 //   HIERCOLL_TEST_DIE_AT_CALL=k     it dies just before its k-th store call (1-based) ...
@@ -10,7 +10,8 @@
 //
 // A survivor prints "STARTUP ERROR [code]: message" and "LEAKS threads=T fds=F": the threads and file descriptors
 // it holds beyond what it held before (after one warm-up communicator, so libfabric's one-time set-up is not
-// counted). Without a victim every rank prints "STARTUP OK calls=N", N being its number of store calls.
+// counted). Without a victim every rank prints "STARTUP OK calls=N watch_read_at=W", N being its number of store
+// calls and W the one that read the peer watch's contact (it joins the watch right after).
 #include <dirent.h>
 #include <unistd.h>
 
@@ -54,21 +55,29 @@ class DyingStore : public Store {
   }
   Bytes get(const std::string& key) override {
     step();
+    const std::string watch = "/watch";  // the communicator's keys arrive prefixed ("hiercoll/<name>#k/watch")
+    if (key.size() >= watch.size() && key.compare(key.size() - watch.size(), watch.size(), watch) == 0)
+      watch_read_at_ = calls_.load();
     return inner_->get(key);
   }
   int64_t add(const std::string& key, int64_t delta) override {
     step();
     return inner_->add(key, delta);
   }
+  // A wait polls check() until it finds its keys, as often as timing decides: only the check that finds them is a
+  // step (the process ends as it returns), so steps count the same in every run.
   bool check(const std::vector<std::string>& keys) override {
-    step();
-    return inner_->check(keys);
+    const bool present = inner_->check(keys);
+    if (present) step();
+    return present;
   }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     step();
     inner_->wait(keys, timeout);
   }
   int calls() const { return calls_; }
+  /// The call that read the peer watch's contact (0: none): the rank joins the watch right after it.
+  int watch_read_at() const { return watch_read_at_; }
   /// Whether the call that ends the process has been made (its thread may not have run yet).
   bool doomed() const { return die_at_ > 0 && calls_ >= die_at_; }
 
@@ -84,6 +93,7 @@ class DyingStore : public Store {
 
   std::shared_ptr<Store> inner_;
   std::atomic<int> calls_{0};
+  std::atomic<int> watch_read_at_{0};
   const int die_at_, after_ms_;
 };
 
@@ -113,7 +123,7 @@ int main() {
       // meet a dead rank in one of them either way.
       if (store->doomed()) _exit(9);
       for (int i = 0; i < 500; ++i) comm.barrier().wait();
-      std::printf("STARTUP OK calls=%d\n", store->calls());
+      std::printf("STARTUP OK calls=%d watch_read_at=%d\n", store->calls(), store->watch_read_at());
       return 0;
     } catch (const Error& e) {
       std::printf("STARTUP ERROR [%s]: %s\n", to_string(e.code()), e.what());

@@ -200,6 +200,20 @@ def test_error_texts_match_gloo(backend):
     assert sum(": 0 problems" in out for out in outputs) == 2, outputs
 
 
+def test_torch_own_distributed_tests_on_hiercoll():
+    """A selection of PyTorch's own distributed tests (torch_suite.py: gloo's selection, every group on hiercoll):
+    sparse allreduce, barrier timeouts and a monitored barrier with no time. Each spawns 2 ranks that must exit."""
+    env = base_env({"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), HERE]))})
+    env.pop("HIERCOLL_TIMEOUT_MS")  # the tests' own group timeouts
+    run = subprocess.run(
+        [sys.executable, os.path.join(HERE, "torch_suite.py"), "-k", "test_sparse_all_reduce_sum", "-k",
+         "test_barrier_timeout", "-k", "test_monitored_barrier_gloo_rank_0_timeout"],
+        env=env, capture_output=True, text=True, timeout=300)
+    summary = run.stdout + run.stderr
+    assert run.returncode == 0 and "\nOK" in summary, summary[-4000:]
+    assert "Ran 6 tests" in summary, summary[-4000:]  # 3 of them skip (CUDA, file:// init): 3 ran
+
+
 @pytest.mark.parametrize("size", [pytest.param(2, marks=pytest.mark.quick), 4])
 def test_disagreeing_and_dead_peers_raise_at_once(size):
     outputs = run_ranks(size, "worker_failures.py", env={"HIERCOLL_TIMEOUT_MS": "120000"})
