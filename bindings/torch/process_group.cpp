@@ -155,7 +155,7 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> stor
                                            std::chrono::milliseconds timeout, std::string name)
     : compat::BackendBase(rank, size), timeout_(timeout), comm_([&] {
         hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
-        if (!std::getenv("HIERCOLL_TIMEOUT_MS")) options.timeout = timeout;
+        options.timeout = timeout;  // HIERCOLL_TIMEOUT_MS, if set, still wins (the communicator applies it)
         options.name = std::move(name);
         return hiercoll::Communicator::create(std::move(store), rank, size, options);
       }()) {}

@@ -56,7 +56,8 @@ class HIERCOLL_API Work {
 
 /// Settings fixed when a communicator is made. Environment knobs (docs/tuning.md) fill the defaults.
 struct HIERCOLL_API CommOptions {
-  /// How long any collective may wait for a peer before failing with TimeoutError (HIERCOLL_TIMEOUT_MS).
+  /// How long any collective may wait for a peer before failing with TimeoutError. HIERCOLL_TIMEOUT_MS, when set,
+  /// replaces it (whatever the caller passes).
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   /// Distinguishes communicators sharing one store. Every rank must pass the same name.
   std::string name = "world";

@@ -99,9 +99,12 @@ class HIERCOLL_API PrefixStore : public Store {
   std::shared_ptr<Store> base_;
 };
 
-/// Opens a store from a URL: "tcp://host:port" (rank 0 serves it) or "file:///path/to/dir".
+/// Opens a store from a URL: "tcp://host:port" (rank 0 serves it) or "file:///path/to/dir". A TCP store's
+/// clients present `job_token` and its server accepts only those that do (TcpStore; rendezvous_from_env passes
+/// HIERCOLL_JOB_TOKEN).
 HIERCOLL_API std::shared_ptr<Store> open_store(const std::string& url, int rank,
-                                               std::chrono::milliseconds timeout = std::chrono::minutes(5));
+                                               std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                                               const std::string& job_token = {});
 
 /// Where this process stands in a job, read from whatever launched it.
 struct Rendezvous {

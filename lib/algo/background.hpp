@@ -32,7 +32,7 @@ class BackgroundWorker {
   std::condition_variable cv_;
   std::function<void()> job_;
   bool running_ = false, stopping_ = false;
-  std::optional<base::Failure> error_;  // as data: see core/failure.hpp
+  std::optional<base::Failure> error_;  // as data: see base/failure.hpp
   std::thread thread_;
 };
 

@@ -34,6 +34,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_SOCKET_IFNAME", ""},
       {"HIERCOLL_FABRIC_FORCE_MR", "0"},
       {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
+      {"FI_OFI_RXM_BUFFER_SIZE", "16K"},
       {"HIERCOLL_CPU_ISA", ""},
       {"HIERCOLL_FLIGHT_ENTRIES", "256"},
       {"HIERCOLL_FLIGHT_DUMP", ""},
@@ -144,6 +145,7 @@ Settings read(bool use_env) {
   s.socket_ifname = r.text("HIERCOLL_SOCKET_IFNAME");
   s.fabric_force_mr = r.flag("HIERCOLL_FABRIC_FORCE_MR");
   s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
+  s.rxm_buffer_bytes = r.bytes("FI_OFI_RXM_BUFFER_SIZE", 1);
   s.flight_entries = static_cast<uint64_t>(r.integer("HIERCOLL_FLIGHT_ENTRIES", 1));
   s.flight_dump = r.text("HIERCOLL_FLIGHT_DUMP");
   return s;

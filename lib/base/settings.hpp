@@ -45,6 +45,7 @@ struct Settings {
   std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: "" means the first non-loopback
   std::string socket_ifname;      ///< HIERCOLL_SOCKET_IFNAME: "" means the first non-loopback with IPv4
   bool fabric_force_mr = false;   ///< HIERCOLL_FABRIC_FORCE_MR
+  uint64_t rxm_buffer_bytes = 0;  ///< FI_OFI_RXM_BUFFER_SIZE, libfabric's own: RxM's eager size (read, never set)
   uint64_t mr_cache_entries = 0;  ///< HIERCOLL_MR_CACHE_ENTRIES
   uint64_t flight_entries = 0;    ///< HIERCOLL_FLIGHT_ENTRIES: collectives the flight recorder keeps
   std::string flight_dump;        ///< HIERCOLL_FLIGHT_DUMP: directory for the record on a failure; "": none

@@ -60,10 +60,13 @@ int free_port(const std::string& address) {
   return ntohs(sa.sin_port);
 }
 
+// Under a PMIx server (mpirun, srun --mpi=pmix) with PMIx support built in.
+bool started_by_pmix() { return launch::pmix_built() && base::env_string("PMIX_NAMESPACE").has_value(); }
+
 }  // namespace
 
 std::optional<std::string> launcher_rendezvous_address(int rank, std::chrono::milliseconds timeout) {
-  if (launch::pmix_available()) {
+  if (started_by_pmix()) {
     return launch::pmix_share_from_rank0("rendezvous", rank, [] {
       std::string address = launch::reachable_address();
       return address + ":" + std::to_string(free_port(address));
@@ -81,19 +84,19 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
     throw InvalidUsageError("rendezvous_from_env: rank " + std::to_string(rank) + " / size " + std::to_string(size) +
                             " is not a valid pair");
   }
-  auto job_store = [&](const std::string& url) { return Rendezvous{rank, size, open_store(url, rank, timeout)}; };
+  const std::string token = base::env_string("HIERCOLL_JOB_TOKEN").value_or("");
+  auto job_store = [&](const std::string& url) { return Rendezvous{rank, size, open_store(url, rank, timeout, token)}; };
   if (auto url = base::env_string("HIERCOLL_STORE")) return job_store(*url);
   auto addr = base::env_string("MASTER_ADDR");
   auto port = base::env_string("MASTER_PORT");
   if (addr && port) return job_store("tcp://" + *addr + ":" + *port);
 
-  if (launch::pmix_available()) {
+  if (started_by_pmix()) {
     // Rank 0 opens the server first and publishes the port it got: no port is guessed, none can collide.
     std::shared_ptr<Store> server;
     std::string url = launch::pmix_share_from_rank0("store", rank, [&] {
       std::string address = launch::reachable_address();
-      auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout,
-                                              base::env_string("HIERCOLL_JOB_TOKEN").value_or(""));
+      auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout, token);
       server = store;
       return "tcp://" + address + ":" + std::to_string(store->port());
     }, timeout);

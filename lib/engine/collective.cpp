@@ -204,7 +204,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
     failure->message = what + " " + algo::kOneShotPhase + failure->message;
     explain_halt(*failure, what);
     on_collective_failure(*failure);
-    break_on(what, failure->message);
+    break_on(what, *failure);
     auto state = std::make_shared<WorkState>();
     state->finish(failure);
     work = Work(state);

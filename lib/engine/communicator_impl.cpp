@@ -71,6 +71,12 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidUsageError("Communicator::create: rank " + std::to_string(rank) + " is outside 0.." +
                             std::to_string(size - 1));
   }
+  // HIERCOLL_TIMEOUT_MS, when set, wins over the caller's timeout (torch's group timeout included): one limit for a
+  // whole job or test run, whatever each call site asks.
+  if (settings_.timeout_from_env) {
+    options_.timeout = std::chrono::milliseconds(settings_.timeout_ms);
+    timeout_ms_ = settings_.timeout_ms;
+  }
   if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
   base::set_log_rank(rank);
 
@@ -83,6 +89,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   fabric.interface = settings_.fabric_iface;
   fabric.force_mr = settings_.fabric_force_mr;
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
+  fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   endpoint_ = transport::open_fabric_endpoint(fabric);
 
   for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
@@ -342,9 +349,9 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
     if (!halt_reason_.empty()) return;
     halt_reason_ = reason;
     halt_lost_ = lost;
+    aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
   halt_cv_.notify_all();
-  aborted_ = true;
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   queue_cv_.notify_all();
@@ -514,7 +521,7 @@ void CommunicatorImpl::run_op(Op& op) {
     explain_halt(*failure, op.what);
   } else if (!broken_.empty()) {
     failure = base::Failure{ErrorCode::kRemoteError,
-                            op.what + ": the communicator is broken by an earlier error: " + broken_};
+                            op.what + ": the communicator is broken by an earlier error: " + broken_, broken_lost_};
   }
   if (failure && op.skipped) {
     try {
@@ -536,17 +543,18 @@ void CommunicatorImpl::run_op(Op& op) {
     if (failure) explain_halt(*failure, op.what + " (rank " + std::to_string(rank_) + ")");
     if (op.collective) flight_.ended(op.flight_seq, !failure);
     if (failure && op.collective) on_collective_failure(*failure);
-    if (failure) break_on(op.what, failure->message);
+    if (failure) break_on(op.what, *failure);
   }
   if (!op.completes_later || failure) op.state->finish(failure);
 }
 
-void CommunicatorImpl::break_on(const std::string& what, const std::string& message) {
-  broken_ = message;
+void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {
+  broken_ = failure.message;
+  broken_lost_ = failure.lost;
   HIERCOLL_LOG(kWarn, broken_);
   // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
   endpoint_->cancel_all(what + " failed");
-  poll_p2p(true, "the communicator is broken by an earlier error: " + broken_);
+  poll_p2p(true, "the communicator is broken by an earlier error: " + broken_, broken_lost_);
 }
 
 void CommunicatorImpl::on_collective_failure(base::Failure& failure) {

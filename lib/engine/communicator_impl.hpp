@@ -119,8 +119,9 @@ class CommunicatorImpl {
   /// A small allreduce within one node, on the caller's thread (collective.cpp): if the progress thread is idle
   /// with nothing queued, runs it now and returns its finished Work; otherwise nullopt, and it is enqueued.
   std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
-  /// After operation `what` failed with `message`: later operations fail with it; pending requests are cancelled.
-  void break_on(const std::string& what, const std::string& message);
+  /// After operation `what` failed with `failure`: later operations fail with it (a PeerLostError stays one);
+  /// pending requests are cancelled.
+  void break_on(const std::string& what, const base::Failure& failure);
   /// Every wait gives up and every later operation fails, with `reason` (the first one given): abort(), or the
   /// peer watch reporting a rank that died (any thread), which it names in `lost`.
   void halt(const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt);
@@ -170,6 +171,7 @@ class CommunicatorImpl {
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
   std::string broken_;         // first fatal error; later operations fail with it (whoever runs operations: see above)
+  std::optional<base::Failure::Lost> broken_lost_;  // the peer that error lost, if it was a PeerLostError
   std::list<PendingP2P> p2p_;  // progress thread only
   std::thread thread_;
 };

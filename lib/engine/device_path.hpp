@@ -1,6 +1,6 @@
 #pragma once
 // DevicePath: what a communicator needs to run collectives on CUDA device buffers, behind a header without
-// CUDA types (core/device_path_cuda.cpp implements it; builds without HIERCOLL_WITH_CUDA get
+// CUDA types (engine/device_path_cuda.cpp implements it; builds without HIERCOLL_WITH_CUDA get
 // device_path_none.cpp, where every pointer is host memory).
 //
 // Life of a device collective, like an NCCL call: on the caller's thread, under the communicator's device lock,

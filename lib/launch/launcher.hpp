@@ -12,8 +12,9 @@
 
 namespace hiercoll::launch {
 
-/// True when PMIx support is built in and this process was started by a PMIx server (PMIX_NAMESPACE is set).
-bool pmix_available();
+/// True when PMIx support is built in. Whether this process was started by a PMIx server is the bootstrap's to
+/// tell (engine/bootstrap.cpp reads PMIX_NAMESPACE); call pmix_share_from_rank0 only then.
+bool pmix_built();
 
 /// Every process of the job calls this; rank 0's `make_value()` is what each one returns. Only rank 0 calls
 /// make_value (it may open a server first). Throws TimeoutError if the job's other processes do not fence

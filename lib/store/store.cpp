@@ -14,7 +14,6 @@
 #include <sstream>
 #include <thread>
 
-#include "base/env.hpp"
 #include "hiercoll/errors.hpp"
 #include "store/socket.hpp"
 
@@ -162,7 +161,8 @@ bool FileStore::check(const std::vector<std::string>& keys) {
   return true;
 }
 
-std::shared_ptr<Store> open_store(const std::string& url, int rank, std::chrono::milliseconds timeout) {
+std::shared_ptr<Store> open_store(const std::string& url, int rank, std::chrono::milliseconds timeout,
+                                  const std::string& job_token) {
   if (url.rfind("tcp://", 0) == 0) {
     std::string rest = url.substr(6);
     auto colon = rest.rfind(':');
@@ -174,8 +174,7 @@ std::shared_ptr<Store> open_store(const std::string& url, int rank, std::chrono:
                          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     const int port = numeric ? std::stoi(digits) : 0;
     if (port <= 0 || port > 65535) throw InvalidUsageError("store URL '" + url + "' has no valid port (1-65535)");
-    return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), rank == 0, timeout,
-                                      base::env_string("HIERCOLL_JOB_TOKEN").value_or(""));
+    return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), rank == 0, timeout, job_token);
   }
   if (url.rfind("file://", 0) == 0) return std::make_shared<FileStore>(url.substr(7), timeout);
   throw InvalidUsageError("store URL '" + url + "' is neither tcp://host:port nor file:///dir");

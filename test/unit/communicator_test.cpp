@@ -76,3 +76,14 @@ TEST_CASE("counts that overflow, bad ranks and bad options are refused up front"
 TEST_CASE("an unreachable store is a clear timeout", "[comm]") {
   CHECK_THROWS_AS(open_store("tcp://127.0.0.1:1", 1, std::chrono::milliseconds(300)), TimeoutError);
 }
+
+TEST_CASE("HIERCOLL_TIMEOUT_MS replaces the timeout a program passes", "[comm]") {
+  // Rank 1 of 2 never arrives: start-up ends at the environment's 300 ms, not the 10 minutes asked for.
+  setenv("HIERCOLL_TIMEOUT_MS", "300", 1);
+  CommOptions patient = loopback();
+  patient.timeout = std::chrono::minutes(10);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(Communicator::create(fresh_store(), 0, 2, patient), Catch::Contains("within 300 ms"));
+  unsetenv("HIERCOLL_TIMEOUT_MS");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}

@@ -65,13 +65,10 @@ class FabricEndpoint final : public Endpoint {
 
   std::string provider() const override { return info_->fabric_attr->prov_name; }
   // RxM (the tcp provider's RDM layer) sends messages up to its bounce-buffer size eagerly, larger ones by
-  // segmentation or rendezvous (fi_rxm(7)). That size is FI_OFI_RXM_BUFFER_SIZE, 16 KB by default; the endpoint's
-  // inject size does not report it (64 here).
+  // segmentation or rendezvous (fi_rxm(7)). That size is FI_OFI_RXM_BUFFER_SIZE, 16 KB by default, which Settings
+  // reads for us (FabricOptions); the endpoint's inject size does not report it (64 here).
   size_t eager_bytes() const override {
-    if (provider().find("ofi_rxm") == std::string::npos) return 0;
-    const char* set = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
-    const unsigned long long bytes = set ? std::strtoull(set, nullptr, 10) : 0;
-    return bytes > 0 ? static_cast<size_t>(bytes) : size_t{16} << 10;
+    return provider().find("ofi_rxm") == std::string::npos ? 0 : rxm_buffer_bytes_;
   }
 
   std::vector<uint8_t> address() const override {
@@ -164,6 +161,7 @@ class FabricEndpoint final : public Endpoint {
     check_fi("fi_enable", fi_enable(ep_));
 
     needs_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || options.force_mr;
+    rxm_buffer_bytes_ = options.rxm_buffer_bytes;
     if (needs_mr_) {
       mr_cache_ = std::make_unique<MrCache>(
           options.mr_cache_entries,
@@ -378,6 +376,7 @@ class FabricEndpoint final : public Endpoint {
   fid_ep* ep_ = nullptr;
   bool cq_can_wait_ = false;
   bool needs_mr_ = false;
+  size_t rxm_buffer_bytes_ = 0;
   int my_rank_ = -1;
   std::vector<fi_addr_t> peers_;
   std::unique_ptr<MrCache> mr_cache_;
