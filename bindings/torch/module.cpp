@@ -37,13 +37,12 @@ PYBIND11_MODULE(_C, m) {
       },
       "This rank's last collectives as JSON (see Communicator::flight_record).");
   m.def(
-      "launcher_rendezvous_address",
-      [](int rank, std::chrono::duration<float> timeout) {
-        return hiercoll::launcher_rendezvous_address(rank,
-                                                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      "torch_env_from_launcher",
+      [](std::chrono::duration<float> timeout) {
+        return hiercoll::torch_env_from_launcher(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
       },
-      py::arg("rank"), py::arg("timeout"),
-      "'host:port' every process of an mpirun / srun job agrees on (PMIx, or Slurm's first node), or None.",
+      py::arg("timeout"),
+      "The torch.distributed variables an mpirun / srun process lacks (see hiercoll::torch_env_from_launcher).",
       py::call_guard<py::gil_scoped_release>());
   m.def("_quiesce", &hiercoll_torch::CompletionThread::quiesce_all,
         "Called at interpreter exit: stop running future callbacks from hiercoll's threads.",

@@ -1,6 +1,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,5 +129,13 @@ HIERCOLL_API Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout = 
 /// under Slurm, the first node and the port above. nullopt when launched by neither. Every rank must call it.
 HIERCOLL_API std::optional<std::string> launcher_rendezvous_address(int rank,
                                                                     std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+/// The torch.distributed variables a process started by mpirun or srun lacks, from its launcher's environment:
+/// RANK, WORLD_SIZE, LOCAL_RANK from Open MPI's OMPI_COMM_WORLD_* or Slurm's SLURM_PROCID/NTASKS/LOCALID; without
+/// MASTER_ADDR, launcher_rendezvous_address's (or 127.0.0.1 under mpirun on one node); MASTER_PORT 29500 unless
+/// set. Variables already set are never returned, so what a user set wins. Every rank must call it (it may
+/// rendezvous through PMIx). hiercoll_torch.init_process_group sets these before torch's.
+HIERCOLL_API std::map<std::string, std::string> torch_env_from_launcher(
+    std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
 }  // namespace hiercoll

@@ -75,6 +75,43 @@ std::optional<std::string> launcher_rendezvous_address(int rank, std::chrono::mi
   return slurm_address();
 }
 
+std::map<std::string, std::string> torch_env_from_launcher(std::chrono::milliseconds timeout) {
+  std::map<std::string, std::string> out;
+  auto value = [&](const std::string& name) -> std::optional<std::string> {
+    auto it = out.find(name);
+    return it != out.end() ? std::optional<std::string>(it->second) : base::env_string(name.c_str());
+  };
+  struct Alias {
+    const char* torch_name;
+    const char* open_mpi;
+    const char* slurm;
+  };
+  static constexpr Alias kAliases[] = {{"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"},
+                                       {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"},
+                                       {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}};
+  for (const Alias& alias : kAliases) {
+    if (value(alias.torch_name)) continue;
+    if (auto v = base::env_string(alias.open_mpi)) {
+      out[alias.torch_name] = *v;
+    } else if (auto w = base::env_string(alias.slurm)) {
+      out[alias.torch_name] = *w;
+    }
+  }
+  if (!base::env_string("MASTER_ADDR") && value("RANK")) {
+    const int rank = std::atoi(value("RANK")->c_str());
+    if (auto agreed = launcher_rendezvous_address(rank, timeout)) {
+      const auto colon = agreed->rfind(':');
+      out["MASTER_ADDR"] = agreed->substr(0, colon);
+      if (!base::env_string("MASTER_PORT")) out["MASTER_PORT"] = agreed->substr(colon + 1);  // a hand-set one wins
+    } else {
+      auto local = base::env_string("OMPI_COMM_WORLD_LOCAL_SIZE"), all = base::env_string("OMPI_COMM_WORLD_SIZE");
+      if (local && all && *local == *all) out["MASTER_ADDR"] = "127.0.0.1";  // mpirun, one node
+    }
+  }
+  if (!value("MASTER_PORT")) out["MASTER_PORT"] = "29500";
+  return out;
+}
+
 Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"},
                        "rank");

@@ -220,6 +220,11 @@ void CommunicatorImpl::wait_for_keys(Store& store, const std::vector<std::string
     if (!aborted_) return;
     base::Failure failure{ErrorCode::kRemoteError, {}};
     explain_halt(failure, "Communicator::create");
+    // The rank that gave up may have done so for a rank that never arrived: say who is missing from here too.
+    try {
+      if (!store.check(keys)) failure.message += "; still waiting here: " + missing();
+    } catch (const Error&) {  // the store went with the rank that served it
+    }
     base::throw_failure(failure);
   };
   if (!watch_) {

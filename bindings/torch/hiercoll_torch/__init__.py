@@ -67,23 +67,10 @@ def init_process_group(backend=BACKEND_NAME, **kwargs):
     free port, HIERCOLL_SOCKET_IFNAME picks the interface; Slurm without PMIx: the first node, port MASTER_PORT or
     20000 + job id % 20000); under mpirun without PMIx on one node it is 127.0.0.1. MASTER_PORT defaults to 29500.
     """
-    launchers = {"RANK": ["OMPI_COMM_WORLD_RANK", "SLURM_PROCID"],
-                 "WORLD_SIZE": ["OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"],
-                 "LOCAL_RANK": ["OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"]}
-    for torch_name, names in launchers.items():
-        for name in names:
-            if torch_name not in os.environ and name in os.environ:
-                os.environ[torch_name] = os.environ[name]
-    if "MASTER_ADDR" not in os.environ and "RANK" in os.environ:
-        timeout = kwargs.get("timeout") or datetime.timedelta(minutes=10)
-        agreed = _C.launcher_rendezvous_address(int(os.environ["RANK"]), timeout)
-        if agreed is not None:
-            host, port = agreed.rsplit(":", 1)
-            os.environ["MASTER_ADDR"] = host
-            os.environ.setdefault("MASTER_PORT", port)  # a hand-set MASTER_PORT wins
-        elif os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == os.environ.get("OMPI_COMM_WORLD_SIZE", "-"):
-            os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ.setdefault("MASTER_PORT", "29500")
+    # The environment is read in one place, hiercoll's bootstrap (lib/engine/bootstrap.cpp); this only sets what it
+    # says is missing, and never overrides a variable already set.
+    timeout = kwargs.get("timeout") or datetime.timedelta(minutes=10)
+    os.environ.update(_C.torch_env_from_launcher(timeout))
     dist.init_process_group(backend=backend, **kwargs)
 
 
