@@ -180,7 +180,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ || aborted_ || !broken_.empty() || !progress_idle_ || !queue_.empty() || caller_running_) {
+    if (stopping_ || aborted_ || broken_ || !progress_idle_ || !queue_.empty() || caller_running_) {
       return std::nullopt;  // the progress thread runs it, after what is ahead of it, or fails it as it should
     }
     caller_running_ = true;

@@ -240,7 +240,7 @@ void CommunicatorImpl::wait_for_keys(Store& store, const std::vector<std::string
       halted();
       if (std::chrono::steady_clock::now() >= deadline) break;
       std::unique_lock<std::mutex> lock(halt_mutex_);
-      halt_cv_.wait_for(lock, pause, [&] { return !halt_reason_.empty(); });
+      halt_cv_.wait_for(lock, pause, [&] { return halt_.has_value(); });
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
     }
     halted();
@@ -351,9 +351,8 @@ void CommunicatorImpl::abort() {
 void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failure::Lost> lost) {
   {
     std::lock_guard<std::mutex> lock(halt_mutex_);
-    if (!halt_reason_.empty()) return;
-    halt_reason_ = reason;
-    halt_lost_ = lost;
+    if (halt_) return;
+    halt_ = base::Failure{ErrorCode::kRemoteError, reason, lost};
     aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
   halt_cv_.notify_all();
@@ -365,8 +364,8 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
 void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& what) {
   if (aborted_ && failure.code == ErrorCode::kRemoteError) {
     std::lock_guard<std::mutex> lock(halt_mutex_);
-    failure.message = what + ": " + halt_reason_;
-    failure.lost = halt_lost_;
+    failure.message = what + ": " + halt_->message;
+    failure.lost = halt_->lost;
     return;
   }
   // A peer's death can reach the data path first: the fabric reports the connection's loss as an error that
@@ -376,9 +375,9 @@ void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& w
   if (!watch_ || !maybe_a_death) return;
   std::unique_lock<std::mutex> lock(halt_mutex_);
   if (halt_cv_.wait_for(lock, PeerWatch::kReportGrace + std::chrono::milliseconds(500),
-                        [&] { return !halt_reason_.empty(); })) {
+                        [&] { return halt_.has_value(); })) {
     failure = base::Failure{ErrorCode::kRemoteError,
-                            what + ": " + halt_reason_ + " (the data path saw: " + failure.message + ")", halt_lost_};
+                            what + ": " + halt_->message + " (the data path saw: " + failure.message + ")", halt_->lost};
   }
 }
 
@@ -524,9 +523,10 @@ void CommunicatorImpl::run_op(Op& op) {
   if (aborted_) {
     failure = base::Failure{ErrorCode::kRemoteError, {}};
     explain_halt(*failure, op.what);
-  } else if (!broken_.empty()) {
+  } else if (broken_) {
     failure = base::Failure{ErrorCode::kRemoteError,
-                            op.what + ": the communicator is broken by an earlier error: " + broken_, broken_lost_};
+                            op.what + ": the communicator is broken by an earlier error: " + broken_->message,
+                            broken_->lost};
   }
   if (failure && op.skipped) {
     try {
@@ -554,12 +554,13 @@ void CommunicatorImpl::run_op(Op& op) {
 }
 
 void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {
-  broken_ = failure.message;
-  broken_lost_ = failure.lost;
-  HIERCOLL_LOG(kWarn, broken_);
+  broken_ = failure;
+  HIERCOLL_LOG(kWarn, failure.message);
   // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
   endpoint_->cancel_all(what + " failed");
-  poll_p2p(true, "the communicator is broken by an earlier error: " + broken_, broken_lost_);
+  const base::Failure all{ErrorCode::kRemoteError, "the communicator is broken by an earlier error: " + failure.message,
+                          failure.lost};
+  poll_p2p(&all);
 }
 
 void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
@@ -585,8 +586,7 @@ void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
   }
 }
 
-void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason,
-                                std::optional<base::Failure::Lost> lost) {
+void CommunicatorImpl::poll_p2p(const base::Failure* all_failed) {
   auto now = algo::Clock::now();
   for (auto it = p2p_.begin(); it != p2p_.end();) {
     std::optional<base::Failure> failure;
@@ -598,7 +598,7 @@ void CommunicatorImpl::poll_p2p(bool all_failed, const std::string& reason,
         failure = base::Failure::of(e);
       }
     } else if (all_failed) {
-      failure = base::Failure{ErrorCode::kRemoteError, it->what + ": " + reason, lost};
+      failure = base::Failure{ErrorCode::kRemoteError, it->what + ": " + all_failed->message, all_failed->lost};
       finished = true;
     } else if (now >= it->deadline) {
       const std::string within = " within " + std::to_string(timeout().count()) + " ms";
@@ -636,28 +636,25 @@ void CommunicatorImpl::progress_loop() {
           continue;
         }
         endpoint_->progress(std::chrono::milliseconds(1));  // only point-to-point work is pending
-        poll_p2p(false, {});
+        poll_p2p();
         continue;
       }
       op = std::move(queue_.front());
       queue_.pop_front();
     }
     run_op(op);
-    poll_p2p(false, {});
+    poll_p2p();
   }
   if (aborted_) fail_pending_p2p();
 }
 
 void CommunicatorImpl::fail_pending_p2p() {
-  std::string why;
-  std::optional<base::Failure::Lost> lost;
-  {
+  const base::Failure why = [&] {  // set: aborted_ is set with it
     std::lock_guard<std::mutex> lock(halt_mutex_);
-    why = halt_reason_;
-    lost = halt_lost_;
-  }
-  endpoint_->cancel_all(why);
-  poll_p2p(true, why, lost);
+    return *halt_;
+  }();
+  endpoint_->cancel_all(why.message);
+  poll_p2p(&why);
 }
 
 }  // namespace hiercoll::engine

@@ -110,7 +110,9 @@ class CommunicatorImpl {
   void run_op(Op& op);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
   void on_collective_failure(base::Failure& failure);
-  void poll_p2p(bool all_failed, const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt);
+  /// Finishes the point-to-point requests that completed or passed their deadline; with `all_failed`, every one
+  /// still pending fails with it (its message after the request's name).
+  void poll_p2p(const base::Failure* all_failed = nullptr);
   /// Halted: cancels the point-to-point requests still posted; their Works fail with the halt's reason.
   void fail_pending_p2p();
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
@@ -164,14 +166,13 @@ class CommunicatorImpl {
   bool caller_running_ = false;
   std::atomic<bool> aborted_{false};  // halted: every wait of every operation gives up (see halt())
   std::mutex halt_mutex_;
-  std::string halt_reason_;  // under halt_mutex_
-  std::optional<base::Failure::Lost> halt_lost_;  // under halt_mutex_: the peer whose loss halted it
-  std::condition_variable halt_cv_;  // halt_reason_ set
+  std::optional<base::Failure> halt_;  // under halt_mutex_: why it halted, and the peer whose loss halted it
+  std::condition_variable halt_cv_;     // halt_ set
   std::unique_ptr<PeerWatch> watch_;  // made in bootstrap(); reports into halt()
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
-  std::string broken_;         // first fatal error; later operations fail with it (whoever runs operations: see above)
-  std::optional<base::Failure::Lost> broken_lost_;  // the peer that error lost, if it was a PeerLostError
+  // The first fatal error; later operations fail with it (whoever runs operations: see above).
+  std::optional<base::Failure> broken_;
   std::list<PendingP2P> p2p_;  // progress thread only
   std::thread thread_;
 };

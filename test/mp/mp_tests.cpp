@@ -525,8 +525,8 @@ TEST_CASE("every listening socket of a running job takes hostile bytes and the j
   options.node_of = {0, 0, 1, 1};
   options.tcp_store = true;
   options.store_port = hiercoll::test::free_port();
-  // The fuzzer stops once every rank's soak is over; the ranks then check that their listeners let go of every
-  // descriptor the fuzzing left them (mp_worker.cpp's soak).
+  // The fuzzer stops once every rank's soak is over; the ranks then count the hung-up connections each listener
+  // still holds, and the store must hold none (mp_worker.cpp's soak).
   char dir[] = "/tmp/hiercoll-listener-fuzz-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   options.env["HIERCOLL_TEST_FUZZ_DIR"] = dir;

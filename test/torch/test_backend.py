@@ -203,8 +203,9 @@ def test_error_texts_match_gloo(backend):
 def test_torch_own_distributed_tests_on_hiercoll():
     """A selection of PyTorch's own distributed tests (torch_suite.py: gloo's selection, every group on hiercoll):
     sparse allreduce, barrier timeouts and a monitored barrier with no time. Each spawns 2 ranks that must exit."""
-    env = base_env({"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), HERE]))})
-    env.pop("HIERCOLL_TIMEOUT_MS")  # the tests' own group timeouts
+    # HIERCOLL_TIMEOUT_MS unset: the tests' own group timeouts.
+    env = base_env({"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), HERE])),
+                    "HIERCOLL_TIMEOUT_MS": None})
     run = subprocess.run(
         [sys.executable, os.path.join(HERE, "torch_suite.py"), "-k", "test_sparse_all_reduce_sum", "-k",
          "test_barrier_timeout", "-k", "test_monitored_barrier_gloo_rank_0_timeout"],
