@@ -65,6 +65,9 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if present")
     p.add_argument("--stop-after", type=int, help="leave with a checkpoint after this step, as a preempted job would")
     p.add_argument("--label", default="", help="free text copied into the summary (the study names its runs)")
+    p.add_argument("--profile-out", help="record each step's compute per layer call and write the median profile "
+                                         "here at the end ({rank} in the name: one file per rank): what "
+                                         "examples/albert_replay replays")
     args = p.parse_args(argv)
     for name in ("batch", "accum", "steps", "seq_len", "vocab_size", "log_every", "threads"):
         if getattr(args, name) < 1:
@@ -75,6 +78,8 @@ def parse_args(argv=None):
         raise SystemExit("--num-workers must be 0 or more")
     if args.amp != "none" and args.device != "cuda":
         raise SystemExit("--amp bf16 is for --device cuda")
+    if args.profile_out and args.accum != 1:
+        raise SystemExit("--profile-out records one forward and backward per step: use --accum 1")
     return args
 
 
@@ -126,6 +131,11 @@ def train(args):
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     model = build_model(args.config, len(tokenizer), args.seq_len).to(device)
+    recorder = None
+    if args.profile_out:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "albert_replay"))
+        import step_profile
+        recorder = step_profile.Recorder(model)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_mb,
               gradient_as_bucket_view=True)
     ddp.register_comm_hook(averager, comm.averaging_hook)
@@ -159,19 +169,25 @@ def train(args):
     last_loss = float("nan")
     for step in range(start, steps):
         comm_wait = data_wait = 0.0
+        step_start = time.perf_counter()
         for micro in range(args.accum):
             t0 = time.perf_counter()
             batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
             data_wait += time.perf_counter() - t0
             last = micro == args.accum - 1
             with (contextlib.nullcontext() if last else ddp.no_sync()), amp:
+                if recorder:
+                    recorder.forward_called()
                 out = ddp(**batch)
                 loss = out.loss / args.accum
+            if recorder:
+                recorder.backward_started()
             loss.backward()
             if last:
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                comm_wait = averager.exposed_wait(time.perf_counter())
+                backward_end = time.perf_counter()
+                comm_wait = averager.exposed_wait(backward_end)
             with torch.no_grad():
                 masked = batch["labels"] != -100
                 correct = (out.logits.argmax(-1)[masked] == batch["labels"][masked]).sum()
@@ -180,6 +196,10 @@ def train(args):
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        if recorder:  # after backward: the metrics and the optimizer; before it, the batch
+            now = time.perf_counter()
+            recorder.step_done(optimizer_s=now - backward_end, data_s=data_wait, step_s=now - step_start,
+                               comm_wait_s=comm_wait)
         interval["comm"] += comm_wait
         interval["data"] += data_wait
         interval["steps"] += 1
@@ -208,6 +228,10 @@ def train(args):
             break
 
     seconds = time.perf_counter() - timed["t"] if timed["t"] is not None else 0.0
+    if recorder and (rank == 0 or "{rank}" in args.profile_out):
+        step_profile.save(recorder.profile(config=args.config, vocab_size=len(tokenizer), seq_len=args.seq_len,
+                                           batch=args.batch, ranks=world, rank=rank, backend=args.backend),
+                          args.profile_out.format(rank=rank))
     log.write(summary=True, backend=averager.name, label=args.label, ranks=world, config=args.config,
               parameters=parameters, steps=step + 1, global_batch=per_step, examples=(step + 1 - start) * per_step,
               num_workers=args.num_workers, final_loss=round(last_loss, 6),

@@ -1,0 +1,157 @@
+"""The DDP step replay (examples/albert_replay): its gradients reach DDP when real autograd's would, its FLOPs profile
+is ALBERT's arithmetic, and 2-rank replays over hiercoll and gloo run DDP to the right averages."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLE = os.path.join(ROOT, "examples", "albert_replay")
+sys.path.insert(0, EXAMPLE)
+sys.path.insert(0, os.path.join(ROOT, "examples", "albert_hf"))
+sys.path.insert(0, os.path.join(ROOT, "test", "torch"))
+import replay  # noqa: E402
+import step_profile  # noqa: E402
+from launch import base_env, free_port  # noqa: E402
+from transformers import AlbertConfig, AlbertForMaskedLM  # noqa: E402
+
+SMALL = dict(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+             intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+             attention_probs_dropout_prob=0.0)
+
+
+def small_model(**overrides):
+    torch.manual_seed(0)
+    return AlbertForMaskedLM(AlbertConfig(**dict(SMALL, **overrides)))
+
+
+def ready_after(model, run_backward, unit_outputs_hook):
+    """{parameter name: how many unit backwards had started when its gradient was complete}."""
+    started, ready = [0], {}
+    unit_outputs_hook(lambda: started.__setitem__(0, started[0] + 1))
+    for name, p in model.named_parameters():
+        def note(grad, name=name):
+            ready.setdefault(name, started[0])
+        p.register_hook(note)
+    run_backward()
+    return ready
+
+
+def test_replay_hands_each_gradient_over_when_real_autograd_completes_it():
+    # Reference: the real model's autograd, the shared layer called 3 times, the decoder tied to the embeddings.
+    model = small_model()
+    ids = torch.randint(5, 120, (2, 8))
+
+    def real_hooks(on_start):
+        def output_hook(module, args, output):
+            output = output.loss if hasattr(output, "loss") else output  # the loss: its backward starts first
+            (output[0] if isinstance(output, tuple) else output).register_hook(lambda grad: on_start())
+        for _, module in step_profile.unit_modules(model) + [("model", model)]:
+            module.register_forward_hook(output_hook)
+
+    real = ready_after(model, lambda: model(input_ids=ids, labels=ids).loss.backward(), real_hooks)
+
+    # The replay of the same model, from a profile the Recorder took of one real step.
+    model = small_model()
+    recorder = step_profile.Recorder(model)
+    recorder.forward_called()
+    out = model(input_ids=ids, labels=ids)
+    recorder.backward_started()
+    out.loss.backward()
+    recorder.step_done(optimizer_s=0.0, data_s=0.0)
+    profile = recorder.profile(skip=0)
+    recorder.close()
+    assert [u["name"] for u in profile["units"]] == ["embeddings", "mapping_in", "layer", "layer", "layer",
+                                                    "mlm_head", "loss"]
+    assert all(u["forward_s"] >= 0 and u["backward_s"] >= 0 for u in profile["units"])
+    model.zero_grad(set_to_none=True)
+    replayed = replay.ReplayModel(model, profile, dilation=0.0, grad_value=1.0)
+    original = replay.SleepThrough.backward
+
+    def replay_hooks(on_start):
+        def counting(ctx, grad):
+            on_start()
+            return original(ctx, grad)
+        replay.SleepThrough.backward = staticmethod(counting)
+
+    try:
+        ready = ready_after(model, lambda: replayed(torch.zeros(1)).backward(), replay_hooks)
+    finally:
+        replay.SleepThrough.backward = original
+    assert ready == real
+    shared = [n for n in real if ".albert_layers.0." in n]
+    assert shared and all(real[n] == 5 for n in shared)  # after the first layer call's backward (loss, head, 3 layers)
+    assert all(p.grad is not None and torch.all(p.grad == 1.0) for p in model.parameters())
+
+
+def albert_forward_flops(config, batch, seq):
+    """ALBERT's forward matrix products by hand: per token, the mapping E->H, per layer Q, K, V, output (4 H^2),
+    the feed-forward (2 H I) and attention (QK^T and AV: 2 S H), the head H->E and the decoder E->V; 2 FLOPs each."""
+    e, h, i, v = config.embedding_size, config.hidden_size, config.intermediate_size, config.vocab_size
+    per_token = e * h + config.num_hidden_layers * (4 * h * h + 2 * h * i + 2 * seq * h) + h * e + e * v
+    return 2 * per_token * batch * seq
+
+
+def test_flops_profile_is_albert_arithmetic():
+    model = small_model()
+    batch, seq = 3, 16
+    profile = step_profile.from_flops(model, batch, seq, "a100", 0.5, optimizer_s=0.001)
+    rate = step_profile.PEAK_TFLOPS["a100"] * 1e12 * 0.5
+    forward = sum(u["forward_s"] for u in profile["units"]) * rate
+    assert forward == pytest.approx(albert_forward_flops(model.config, batch, seq), rel=1e-6)
+    assert all(u["backward_s"] == pytest.approx(2 * u["forward_s"]) for u in profile["units"])
+    layers = [u for u in profile["units"] if u["name"].startswith("layer")]
+    assert len(layers) == SMALL["num_hidden_layers"] and len({round(u["forward_s"], 15) for u in layers}) == 1
+    assert step_profile.compute_s(profile) == pytest.approx(3 * forward / rate + 0.001)
+
+
+def torchrun(args, ranks=2):
+    env = {k: v for k, v in base_env({"HIERCOLL_TIMEOUT_MS": "120000"}).items() if not k.startswith("MASTER_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(ROOT, "build", "python"),
+                                                      env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
+           str(free_port()), os.path.join(EXAMPLE, "replay.py"), *map(str, args)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads([line for line in proc.stdout.splitlines() if '"summary": true' in line][-1])
+
+
+@pytest.mark.parametrize("backend", ["hiercoll", "gloo"])
+def test_two_ranks_replay_a_flops_profile(backend, tmp_path):
+    # Each step checks every gradient is the ranks' average (replay.py raises otherwise).
+    summary = torchrun(["--config", "tiny", "--vocab-size", "4000", "--batch", "4", "--dilation", "2000", "--steps",
+                        "3", "--backend", backend, "--write-profile", tmp_path / "profile.json"])
+    profile = step_profile.load(tmp_path / "profile.json")
+    assert summary["backend"] == backend and summary["ranks"] == 2 and summary["steps_timed"] == 2
+    assert summary["parameters"] == sum(p.numel() for p in replay.build_model("tiny", 4000, 128).parameters())
+    # The sleeps are a floor: a step cannot be shorter than the profile's compute.
+    assert summary["step_s"] >= step_profile.compute_s(profile)
+    # DDP hands over its buckets only once backward's compute is nearly done: ALBERT's weights are shared.
+    last_bucket_ms = max(ms for ms, mb in summary["bucket_handover_ms_mb"])
+    assert last_bucket_ms >= summary["backward_compute_ms"] * 0.9
+    assert sum(mb for ms, mb in summary["bucket_handover_ms_mb"]) == pytest.approx(summary["gradient_mb"], rel=0.01)
+
+
+def test_two_ranks_replay_a_recorded_trace(tmp_path):
+    # A profile recorded from real steps of the tiny model, replayed step by step on 2 ranks.
+    model = replay.build_model("tiny", 4000, 32)
+    recorder = step_profile.Recorder(model)
+    ids = torch.randint(5, 4000, (2, 32))
+    for _ in range(3):
+        recorder.forward_called()
+        out = model(input_ids=ids, labels=ids)
+        recorder.backward_started()
+        out.loss.backward()
+        model.zero_grad(set_to_none=True)
+        recorder.step_done(optimizer_s=0.002, data_s=0.001, step_s=0.0, comm_wait_s=0.0)
+    profile = recorder.profile(config="tiny", vocab_size=4000, seq_len=32, batch=2)
+    assert len(profile["trace"]) == 2  # the first step is warm-up
+    step_profile.save(profile, tmp_path / "recorded.json")
+    summary = torchrun(["--profile", tmp_path / "recorded.json", "--steps", "3", "--backend", "hiercoll"])
+    assert summary["profile"] == "recorded (its trace)" and summary["batch"] == 2 and summary["seq_len"] == 32
+    assert summary["step_s"] >= min(step_profile.compute_s(dict(profile, units=[
+        {"forward_s": f, "backward_s": b} for f, b in step["units"]], optimizer_s=step["optimizer_s"]))
+        for step in profile["trace"])
