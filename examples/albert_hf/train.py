@@ -29,6 +29,9 @@ CONFIGS = {
     # ALBERT-base (Lan et al., 2019): factorised embedding E=128, H=768, one layer shared 12 times.
     "base": dict(embedding_size=128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072),
+    # ALBERT-large: H=1024, one layer shared 24 times, 16 heads (examples/albert_replay replays it).
+    "large": dict(embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                  intermediate_size=4096),
     # The same shape scaled down for CPUs (as examples/albert_mlm's tiny).
     "tiny": dict(embedding_size=128, hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
                  intermediate_size=512),
