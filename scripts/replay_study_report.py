@@ -66,11 +66,11 @@ def validation(runs):
     return lines, worst
 
 
-def medians(runs, part):
-    """{(network, nodes, backend, dilation): (median step s, median exposed comm s, runs)}"""
+def medians(runs, part, config="base"):
+    """{(network, nodes, backend, dilation): (median step s, median exposed comm s, runs)} of one model config"""
     groups = {}
     for r in runs:
-        if r.get("part") == part:
+        if r.get("part") == part and r.get("config") == config:
             groups.setdefault((r["network"], r["nodes"], r["requested_backend"], r["dilation"]), []).append(r)
     return {k: (statistics.median(x["step_s"] for x in v), statistics.median(x["comm_wait_s"] for x in v), v)
             for k, v in groups.items()}
@@ -90,15 +90,15 @@ def dilation_table(runs):
     return lines
 
 
-def network_table(runs, net):
-    m = {k: v for k, v in medians(runs, "tables").items() if k[0] == net}
+def network_table(runs, net, config):
+    m = {k: v for k, v in medians(runs, "tables", config).items() if k[0] == net}
     if not m:
         return [], {}
     any_run = next(iter(m.values()))[2][0]
     nodes_list = sorted({k[1] for k in m})
     backends = [b for b in BACKEND_NAMES if any(k[2] == b for k in m)]
     per_node = any_run["per_node"]
-    lines = [f"**{net}** ({NETWORKS[net]}): each emulated node's link {any_run['link_mbit']:g} Mbit/s = "
+    lines = [f"**{net}, ALBERT-{config}** ({NETWORKS[net]}): each emulated node's link {any_run['link_mbit']:g} Mbit/s = "
              f"{any_run['link_mbit'] * any_run['dilation'] / 1000:g} Gbit/s / D, compute x D, D = "
              f"{any_run['dilation']:g}; {per_node} ranks per node; per rank {any_run['batch']} sequences of "
              f"{any_run['seq_len']} tokens, {any_run['compute_s'] * 1e3:.1f} ms of compute per step "
@@ -132,7 +132,7 @@ def network_table(runs, net):
 
 def bytes_table(runs):
     """Network bytes each node sends per step, per scheme, and their time at the network's line rate."""
-    any_run = next((r for r in runs if r.get("part") == "tables"), None)
+    any_run = next((r for r in runs if r.get("part") == "tables" and r["config"] == "base"), None)
     if any_run is None:
         return []
     s = any_run["gradient_mb"] * 2**20
@@ -140,7 +140,7 @@ def bytes_table(runs):
     lines = ["| nodes | flat ring over N·L ranks (gloo, Open MPI) | hierarchical / sharded (hiercoll) | "
              "p4d time at 400 Gbit/s, ring / hierarchical (ms) | p3dn time at 100 Gbit/s (ms) |",
              "|---|---|---|---|---|"]
-    for n in sorted({r["nodes"] for r in runs if r.get("part") == "tables"}):
+    for n in sorted({r["nodes"] for r in runs if r.get("part") == "tables" and r["config"] == "base"}):
         if n == 1:
             continue
         ring_node = 2 * (n * L - 1) / (n * L) * s  # 2(NL-1) chunks of S/(NL) over the node's one outgoing edge
@@ -154,7 +154,7 @@ def bytes_table(runs):
 def where_gains_come_from(runs, nets):
     """The buckets' timing (from the replays) and the measured gains, in words."""
     lines = []
-    timed = [r for r in runs if r.get("part") == "tables" and r.get("bucket_handover_ms_mb")]
+    timed = [r for r in runs if r.get("part") == "tables" and r.get("bucket_handover_ms_mb") and r["config"] == "base"]
     if timed:
         r = max(timed, key=lambda r: r["nodes"])
         handed = ", ".join(f"{mb:g} MB at {ms:.1f} ms" for ms, mb in r["bucket_handover_ms_mb"])
@@ -166,12 +166,12 @@ def where_gains_come_from(runs, nets):
                   "bucket ready only when backward is nearly done, so each backend's allreduce is almost entirely "
                   "exposed: the step is the compute plus the allreduce, and a backend gains exactly what its "
                   "allreduce saves.", ""]
-    for net, (_, gains) in nets.items():
+    for (config, net), (_, gains) in nets.items():
         for n in sorted({k[0] for k in gains}):
             parts = [f"{BACKEND_NAMES[b]} {pct(g)} over {'gloo' if base == 'gloo' else 'Open MPI'}"
                      for (nn, b, base), g in sorted(gains.items()) if nn == n]
             if parts:
-                lines.append(f"- {net}, {n} node{'s' if n > 1 else ''}: " + "; ".join(parts) + ".")
+                lines.append(f"- {net}, ALBERT-{config}, {n} node{'s' if n > 1 else ''}: " + "; ".join(parts) + ".")
     if lines:
         lines.append("")
     return lines
@@ -260,7 +260,8 @@ def main():
 
     val, worst = validation(runs)
     dil = dilation_table(runs)
-    nets = {net: network_table(runs, net) for net in NETWORKS}
+    configs = sorted({r["config"] for r in runs if r.get("part") == "tables"}, key=lambda c: c != "base")
+    nets = {(config, net): network_table(runs, net, config) for config in configs for net in NETWORKS}
     out = ["# The seeds' experiment replayed: DDP at accelerator speed over emulated links", "",
            "Written by `scripts/replay-study` (about 70 minutes on this 2-core machine; the parts can run alone, "
            "see its header). Everything below comes from the run that wrote it.", ""]
@@ -285,9 +286,9 @@ def main():
                 "ALBERT-base on p4d, 2 nodes x 2 ranks; D = 200 (link 2 Gbit/s, compute x200) and D = 400 (1 Gbit/s, "
                 "x400). Medians of the runs listed.", ""]
         out += dil + [""]
-    for net, (lines, gains) in nets.items():
+    for (config, net), (lines, gains) in nets.items():
         if lines:
-            out += [f"## {net}: throughput, scaling efficiency, speed-up", ""] + lines + [""]
+            out += [f"## {net}, ALBERT-{config}: throughput, scaling efficiency, speed-up", ""] + lines + [""]
     bt = bytes_table(runs)
     if bt:
         out += ["## Where the differences come from", "",

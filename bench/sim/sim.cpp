@@ -95,7 +95,13 @@ double flat_ring(const CostModel& m, double bytes, const Layout& layout) {
   return m.ring(bytes, layout);
 }
 
-double tree(const CostModel& m, double bytes, const Layout& layout) { return m.tree(bytes, layout); }
+// A pipelined (double binary) tree as NCCL uses at scale: 2 log2(n) latency steps, ~2S over the link. Only here:
+// hiercoll has no tree, the model compares against NCCL's.
+double tree(const CostModel& m, double bytes, const Layout& layout) {
+  if (layout.size == 1) return 0;
+  const double depth = std::ceil(std::log2(layout.size));
+  return 2 * depth * m.net.latency_us * 1e-6 + 2 * bytes / (m.net.bandwidth_gbps * 1e9);
+}
 
 double hierarchical(const CostModel& m, double bytes, const Layout& layout) { return m.hierarchical(bytes, layout); }
 

@@ -54,7 +54,8 @@ class HIERCOLL_API Work {
   std::shared_ptr<engine::WorkState> state_;
 };
 
-/// Settings fixed when a communicator is made. Environment knobs (docs/tuning.md) fill the defaults.
+/// Settings fixed when a communicator is made. The communicator reads the environment knobs (docs/tuning.md) once,
+/// when it is made: HIERCOLL_TIMEOUT_MS replaces `timeout`, HIERCOLL_FABRIC_PROVIDER fills an empty `provider`.
 struct HIERCOLL_API CommOptions {
   /// How long any collective may wait for a peer before failing with TimeoutError. HIERCOLL_TIMEOUT_MS, when set,
   /// replaces it (whatever the caller passes).
@@ -64,6 +65,8 @@ struct HIERCOLL_API CommOptions {
   /// libfabric provider ("tcp", "shm", "efa", ...); empty: HIERCOLL_FABRIC_PROVIDER, else efa if present, else tcp.
   std::string provider;
 
+  /// The options the environment gives (HIERCOLL_TIMEOUT_MS, HIERCOLL_FABRIC_PROVIDER), for callers that show or
+  /// adjust them; a communicator made with default options ends up with the same.
   static CommOptions from_env();
 };
 
@@ -91,12 +94,12 @@ class HIERCOLL_API Communicator {
   /// Joins the group through `store` (all ranks pass stores reaching the same keys). Blocks until every
   /// rank arrived; a rank that never does makes it throw TimeoutError naming that rank.
   static Communicator create(std::shared_ptr<Store> store, int rank, int size,
-                             CommOptions options = CommOptions::from_env());
+                             CommOptions options = {});
 
   /// Rank, size and store from the environment: HIERCOLL_RANK/HIERCOLL_WORLD_SIZE, torchrun's RANK/WORLD_SIZE or
   /// Open MPI's OMPI_COMM_WORLD_RANK/SIZE; the store from HIERCOLL_STORE (tcp://host:port or file:///dir), else
   /// MASTER_ADDR/MASTER_PORT, else (under mpirun) a file store in /tmp named after the MPI job.
-  static Communicator from_env(CommOptions options = CommOptions::from_env());
+  static Communicator from_env(CommOptions options = {});
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;

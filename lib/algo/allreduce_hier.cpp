@@ -1,11 +1,12 @@
 // Hierarchical allreduce for N nodes x L ranks, in pieces of the peer memory's area size:
 //   (1) intra-node reduce-scatter: each rank stages its piece in its own area and signals it; once every
-//       local rank has, it reduces shard `local_rank` of the piece over all L areas (in local-rank order);
+//       local rank has, it reduces shard `local_rank` of the piece over all L areas (in local-rank order): a
+//       round of the node reduce-scatter (node_reduce_round, node_collectives.cpp);
 //   (2) inter-node allreduce of that shard among the ranks with the same local rank (one rail per local
 //       rank, so all L ranks and the node's NICs work in parallel, each on 1/L of the data): a ring, or
 //       SageMaker's sharded reduction servers (every node serves 1/N of the shard: two network steps);
 //   (3) intra-node allgather: each rank publishes its finished shard in its area and signals it; once every
-//       local rank has, it copies the other L-1 shards out.
+//       local rank has, it copies the other L-1 shards out (node_gather_round).
 // The same schedule runs on host memory (shared memory, HostQueue: each step runs as it is issued) and on
 // device memory (CUDA IPC, CudaQueue: steps are enqueued on a stream and the flags are waited for on the
 // device, so no host round trip separates the intra-node steps). For device memory the inter-node phase
@@ -29,7 +30,6 @@ namespace hiercoll::algo {
 namespace {
 
 using transport::kFlagPublished;
-using transport::kFlagStaged;
 
 void inter_node_allreduce(Channel& rail, const Hierarchy& h, InterNode inter, void* data, size_t count, DataType type,
                           ReduceOp op) {
@@ -50,17 +50,11 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
   // One flag round instead of two. Every rank reduces all L areas itself, in local-rank order (so every rank's
   // result is the same bits). The slot rotation stays safe: a rank signals round p+1 only after its reads of round
   // p. The rotation and generations are allreduce_hier's (pieces_done), so ranks may mix the two freely.
-  transport::PeerMemory& peers = *m.peers;
-  device::Queue& queue = *m.queue;
-  const int L = peers.local_size();
-  const size_t bytes = count * dtype_size(type);
-  const int slot = static_cast<int>(m.pieces_done % kHierBufferSets);
-  queue.copy(peers.area(slot, peers.local_rank()), in, bytes);
-  node_sync(m, kFlagStaged, slot, m.pieces_done + 1, node_signature(0, count, type, op), wait, m.flags);
-  m.sources.resize(static_cast<size_t>(L));
-  for (int k = 0; k < L; ++k) m.sources[k] = peers.area(slot, k);
-  queue.reduce(out, m.sources.data(), L, count, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
-  if (op == ReduceOp::kAvg) queue.divide(out, count, type, world);
+  const NodeRound r = node_round(m, 0);
+  m.queue->copy(m.peers->area(r.slot, m.peers->local_rank()), in, count * dtype_size(type));
+  node_reduce_round(m, r, node_signature(0, count, type, op), wait, 0, count, nullptr, out, type,
+                    op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+  if (op == ReduceOp::kAvg) m.queue->divide(out, count, type, world);
   m.pieces_done += 1;
 }
 
@@ -93,9 +87,6 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   auto* output = static_cast<uint8_t*>(out);
 
   const uint64_t signature = node_signature(0, count, type, op);  // compared at every reduce-scatter wait
-  std::vector<uint64_t*>& flags = m.flags;
-  std::vector<const void*>& sources = m.sources;
-  sources.resize(static_cast<size_t>(L));
 
   if (one_shot_allreduce(h, m, count * elem)) {
     return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, world);
@@ -111,8 +102,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
 
   struct Piece {
     size_t index, offset, n;
-    int slot;
-    uint64_t generation;
+    NodeRound round;
     Segments shards;
     uint8_t* mine;  // this rank's shard of the piece: in `out`, or (direct) in its area, published as reduced
     size_t mine_count;
@@ -123,13 +113,12 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     p.index = index;
     p.offset = index * piece;
     p.n = std::min(piece, count - p.offset);
-    p.slot = static_cast<int>((m.pieces_done + index) % kHierBufferSets);
-    p.generation = m.pieces_done + index + 1;
+    p.round = node_round(m, index);
     p.shards = Segments::aligned(p.n, L, align);
     const size_t at = p.shards.offset[l] * elem;
     p.mine_count = p.shards.count[l];
     const uint8_t* piece_in = input + p.offset * elem;
-    uint8_t* area = peers.area(p.slot, l);
+    uint8_t* area = peers.area(p.round.slot, l);
     if (direct) {  // the shards before this rank's and after it
       const size_t end = at + p.mine_count * elem;
       if (at > 0) queue.copy(area, piece_in, at);
@@ -137,17 +126,16 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     } else {
       queue.copy(area, piece_in, p.n * elem);
     }
-    node_sync(m, kFlagStaged, p.slot, p.generation, signature, staged_wait, flags);
     p.mine = direct ? area + at : output + p.offset * elem + at;
-    for (int k = 0; k < L; ++k) sources[k] = k == l && direct ? piece_in + at : peers.area(p.slot, k) + at;
-    if (p.mine_count > 0) queue.reduce(p.mine, sources.data(), L, p.mine_count, type, partial);
+    node_reduce_round(m, p.round, signature, staged_wait, p.shards.offset[l], p.mine_count,
+                      direct ? piece_in + at : nullptr, p.mine, type, partial);
     if (!network && op == ReduceOp::kAvg) queue.divide(p.mine, p.mine_count, type, world);
-    if (network && staged) queue.copy(m.network_staging[p.slot], p.mine, p.mine_count * elem);
+    if (network && staged) queue.copy(m.network_staging[p.round.slot], p.mine, p.mine_count * elem);
     return p;
   };
   // Phase (2) of a piece, as a job that outlives this call (device memory: it runs on the progress thread later).
   auto network_job = [&](const Piece& p) -> NetworkStage::Job {
-    uint8_t* data = staged ? m.network_staging[p.slot] : p.mine;
+    uint8_t* data = staged ? m.network_staging[p.round.slot] : p.mine;
     return [&h, inter, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial,
             world](Channel& ch) {
       // Pieces get disjoint step ranges, as wide as the inter-node algorithm may need for the largest shard: the
@@ -166,14 +154,11 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   };
   auto allgather_phase = [&](const Piece& p) {
     const size_t at = p.shards.offset[l] * elem;
-    if (network && staged) queue.copy(p.mine, m.network_staging[p.slot], p.mine_count * elem);
-    if (!direct) queue.copy(peers.area(p.slot, l) + at, p.mine, p.mine_count * elem);
-    node_sync(m, kFlagPublished, p.slot, p.generation, 0, published_wait, flags);
-    for (int k = 0; k < L; ++k) {  // direct: this rank's shard too, from its area
-      if (k == l && !direct) continue;
-      size_t from = p.shards.offset[k] * elem;
-      queue.copy(output + p.offset * elem + from, peers.area(p.slot, k) + from, p.shards.count[k] * elem);
-    }
+    if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
+    if (!direct) queue.copy(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
+    // Direct: this rank's shard too, from its area, where it was reduced.
+    node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0,
+                      direct ? -1 : l, type);
   };
 
   // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather

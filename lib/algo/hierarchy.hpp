@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algo/algorithms.hpp"
 #include "algo/channel.hpp"
 #include "device/queue.hpp"
 #include "hiercoll/types.hpp"
@@ -53,6 +54,33 @@ inline void node_sync(NodeMemory& m, transport::FlagKind kind, int slot, uint64_
   m.queue->signal(m.peers->flag(kind, slot, m.peers->local_rank()), generation, signature);
   m.queue->wait(flags.data(), L, generation, signature, wait);
 }
+
+/// Round `t` of an operation through peer memory, counted on from NodeMemory::pieces_done: the slot it uses and the
+/// generation its flags carry. Every node schedule (allreduce_hier, allreduce_one_shot, the node collectives) walks
+/// the same rotation, so a rank overwrites slot s in round t+3 only after the wait of round t+2, which every local
+/// rank signals only after its reads of round t+1: whichever schedules those rounds belong to.
+struct NodeRound {
+  int slot;
+  uint64_t generation;
+};
+inline NodeRound node_round(const NodeMemory& m, size_t t) {
+  return {static_cast<int>((m.pieces_done + t) % kHierBufferSets), m.pieces_done + t + 1};
+}
+
+/// The reduce half of a node reduce-scatter round. This rank has staged its part of round `r` in its area; signals
+/// that (with `signature`), waits for every local rank's, then reduces elements [at, at + n) of all L areas into
+/// `out`, in local-rank order so every rank's result has the same bits. `own`: this rank's source for those
+/// elements when it did not stage them (null: its area).
+void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const device::WaitContext& wait, size_t at,
+                       size_t n, const void* own, void* out, DataType type, ReduceOp op);
+
+/// The gather half of a node allgather round. This rank has put its part of round `r` in its area; signals `kind`
+/// (with `signature`, 0: none), waits for every local rank's, then copies rank k's part (parts.count[k] elements at
+/// parts.offset[k] of its area) to `to + k * stride + parts.offset[k]` (elements), for every local rank k but `skip`
+/// (-1: none).
+void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,
+                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride, int skip,
+                       DataType type);
 
 /// What a schedule that issues queue work needs of its operation. Device work is issued on the caller's thread,
 /// before the operation has a Channel (see network_stage.hpp), so the schedules take this instead.

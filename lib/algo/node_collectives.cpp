@@ -1,20 +1,42 @@
 // Reduce-scatter and allgather among the ranks of one node, through its peer memory (shared memory for host
 // buffers, CUDA IPC for device buffers): every rank reads the others' data directly instead of passing it
-// round a ring. Used when the whole communicator is one node.
+// round a ring. Used when the whole communicator is one node; their rounds (node_reduce_round, node_gather_round)
+// are also the intra-node phases of the hierarchical allreduce.
 //
-// Both go in rounds. A round stages this rank's part in its area and signals the slot's staged flag; once
-// every local rank has, each reads what it needs from all areas. A rank overwrites slot s in round t+3 only
-// after the wait of round t+2, which every rank signals only after its reads of round t+1 (and so of t):
-// the same rotation and generations as the hierarchical allreduce, sharing NodeMemory::pieces_done with it.
+// Both go in rounds. A round stages this rank's part in its area of the round's slot; once every local rank has
+// signalled its part, each reads what it needs from all areas. Slots and generations follow node_round().
 #include <algorithm>
 
 #include "algo/algorithms.hpp"
 #include "algo/hierarchy.hpp"
 
 namespace hiercoll::algo {
-namespace {
 
-using transport::kFlagStaged;
+void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const device::WaitContext& wait, size_t at,
+                       size_t n, const void* own, void* out, DataType type, ReduceOp op) {
+  transport::PeerMemory& peers = *m.peers;
+  const int L = peers.local_size(), me = peers.local_rank();
+  const size_t at_bytes = at * dtype_size(type);
+  node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+  m.sources.resize(static_cast<size_t>(L));
+  for (int k = 0; k < L; ++k) m.sources[k] = k == me && own != nullptr ? own : peers.area(r.slot, k) + at_bytes;
+  if (n > 0) m.queue->reduce(out, m.sources.data(), L, n, type, op);
+}
+
+void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,
+                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride, int skip,
+                       DataType type) {
+  transport::PeerMemory& peers = *m.peers;
+  const size_t elem = dtype_size(type);
+  node_sync(m, kind, r.slot, r.generation, signature, wait, m.flags);
+  for (int k = 0; k < peers.local_size(); ++k) {
+    if (k == skip) continue;
+    const size_t at = parts.offset[k] * elem;
+    m.queue->copy(to + static_cast<size_t>(k) * stride * elem + at, peers.area(r.slot, k) + at, parts.count[k] * elem);
+  }
+}
+
+namespace {
 
 // node_signature kinds (the hierarchical allreduce is 0).
 enum NodeOp : uint64_t { kNodeReduceScatter = 1, kNodeAllgather = 2 };
@@ -24,24 +46,6 @@ size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t e
   const size_t line = std::max<size_t>(1, 64 / elem);
   return std::max(line, peers.area_bytes() / share / elem / line * line);
 }
-
-// The rounds of one operation: slot and generation of round t, continuing NodeMemory::pieces_done.
-class NodeRounds {
- public:
-  NodeRounds(const Issue& issue, NodeMemory& m, uint64_t signature, const char* phase)
-      : m_(m), signature_(signature), wait_(issue.wait(phase)) {}
-
-  /// Slot of round `t`; stage this rank's part there before calling sync(t).
-  int slot(size_t t) const { return static_cast<int>((m_.pieces_done + t) % kHierBufferSets); }
-  /// Publishes this rank's staged part of round `t` and waits for every local rank's.
-  void sync(size_t t) { node_sync(m_, kFlagStaged, slot(t), m_.pieces_done + t + 1, signature_, wait_, m_.flags); }
-  void finish(size_t rounds) { m_.pieces_done += rounds; }
-
- private:
-  NodeMemory& m_;
-  uint64_t signature_;
-  device::WaitContext wait_;
-};
 
 }  // namespace
 
@@ -54,23 +58,22 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  NodeRounds rounds(issue, m, node_signature(kNodeReduceScatter, recv_count, type, op), "intra-node reduce-scatter");
-  std::vector<const void*>& sources = m.sources;
-  sources.resize(static_cast<size_t>(L));
-  const size_t count = (recv_count + q - 1) / q;
-  for (size_t t = 0; t < count; ++t) {
+  const uint64_t signature = node_signature(kNodeReduceScatter, recv_count, type, op);
+  const device::WaitContext wait = issue.wait("intra-node reduce-scatter");
+  const size_t rounds = (recv_count + q - 1) / q;
+  for (size_t t = 0; t < rounds; ++t) {
+    const NodeRound r = node_round(m, t);
     const size_t offset = t * q, n = std::min(q, recv_count - offset);
-    uint8_t* area = peers.area(rounds.slot(t), me);
+    uint8_t* area = peers.area(r.slot, me);
     // Stage the round's slice of every block: block j goes to j*q of this rank's area, for rank j to reduce.
     for (int j = 0; j < L; ++j) {
       queue.copy(area + static_cast<size_t>(j) * q * elem, input + (j * recv_count + offset) * elem, n * elem);
     }
-    rounds.sync(t);
-    for (int k = 0; k < L; ++k) sources[k] = peers.area(rounds.slot(t), k) + static_cast<size_t>(me) * q * elem;
-    queue.reduce(output + offset * elem, sources.data(), L, n, type, partial);
+    node_reduce_round(m, r, signature, wait, static_cast<size_t>(me) * q, n, nullptr, output + offset * elem, type,
+                      partial);
     if (op == ReduceOp::kAvg) queue.divide(output + offset * elem, n, type, L);
   }
-  rounds.finish(count);
+  m.pieces_done += rounds;
 }
 
 void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
@@ -80,19 +83,23 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   const size_t elem = dtype_size(type), q = round_elements(peers, 1, elem);
   const auto* input = static_cast<const uint8_t*>(in);
   auto* output = static_cast<uint8_t*>(out);
-  NodeRounds rounds(issue, m, node_signature(kNodeAllgather, send_count, type, ReduceOp::kSum), "intra-node allgather");
-  const size_t count = (send_count + q - 1) / q;
-  for (size_t t = 0; t < count; ++t) {
+  // Every rank's part of a round sits at the start of its area and goes to its block of the output.
+  Segments parts;
+  parts.offset.assign(static_cast<size_t>(L), 0);
+  const uint64_t signature = node_signature(kNodeAllgather, send_count, type, ReduceOp::kSum);
+  const device::WaitContext wait = issue.wait("intra-node allgather");
+  const size_t rounds = (send_count + q - 1) / q;
+  for (size_t t = 0; t < rounds; ++t) {
+    const NodeRound r = node_round(m, t);
     const size_t offset = t * q, n = std::min(q, send_count - offset);
-    queue.copy(peers.area(rounds.slot(t), me), input + offset * elem, n * elem);
-    rounds.sync(t);
-    for (int k = 0; k < L; ++k) {
-      uint8_t* to = output + (k * send_count + offset) * elem;
-      // Our own block straight from the input (nothing to copy when in place).
-      queue.copy(to, k == me ? input + offset * elem : peers.area(rounds.slot(t), k), n * elem);
-    }
+    queue.copy(peers.area(r.slot, me), input + offset * elem, n * elem);
+    parts.count.assign(static_cast<size_t>(L), n);
+    node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset * elem, send_count, me,
+                      type);
+    // Our own block straight from the input (nothing to copy when in place).
+    queue.copy(output + (static_cast<size_t>(me) * send_count + offset) * elem, input + offset * elem, n * elem);
   }
-  rounds.finish(count);
+  m.pieces_done += rounds;
 }
 
 }  // namespace hiercoll::algo

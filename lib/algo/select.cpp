@@ -9,19 +9,6 @@
 
 namespace hiercoll::algo {
 
-const char* to_string(Kind kind) {
-  switch (kind) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kReduceScatter: return "reduce_scatter";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kReduce: return "reduce";
-    case Kind::kAlltoall: return "alltoall";
-    case Kind::kBarrier: return "barrier";
-  }
-  return "?";
-}
-
 const char* to_string(Algorithm algo) {
   switch (algo) {
     case Algorithm::kRing: return "ring";
@@ -100,13 +87,6 @@ double CostModel::sharded(double bytes, const Layout& layout, bool hierarchical)
   return around_inter_node(*this, bytes, layout, sharded_steps(net, bytes, layout.node_count));
 }
 
-double CostModel::tree(double bytes, const Layout& layout) const {
-  int n = layout.size;
-  if (n == 1) return 0;
-  double depth = std::ceil(std::log2(n));
-  return 2 * depth * net.latency_us * 1e-6 + 2 * bytes / (net.bandwidth_gbps * 1e9);
-}
-
 CostModel CostModel::from(const base::Settings& settings) {
   CostModel model;
   model.net = {settings.net_lat_us, settings.net_bw_gbps};
@@ -142,44 +122,44 @@ AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierar
     : model_(model), layout_(std::move(layout)), hierarchy_ready_(hierarchy_ready) {
   if (!forced.empty()) {
     forced_ = true;
-    if (forced == "ring") forced_algo_ = AllreduceAlgo::kRing;
-    else if (forced == "rd") forced_algo_ = AllreduceAlgo::kRecursiveDoubling;
-    else if (forced == "hier") forced_algo_ = AllreduceAlgo::kHierarchical;
-    else if (forced == "sharded") forced_algo_ = AllreduceAlgo::kSharded;
+    if (forced == "ring") forced_algo_ = Algorithm::kRing;
+    else if (forced == "rd") forced_algo_ = Algorithm::kRecursiveDoubling;
+    else if (forced == "hier") forced_algo_ = Algorithm::kHierarchical;
+    else if (forced == "sharded") forced_algo_ = Algorithm::kSharded;
     else throw InvalidUsageError("HIERCOLL_ALGO='" + forced + "' is not one of: ring, rd, hier, sharded");
-    if (forced_algo_ == AllreduceAlgo::kHierarchical && !hierarchy_ready_) {
+    if (forced_algo_ == Algorithm::kHierarchical && !hierarchy_ready_) {
       HIERCOLL_LOG(
           kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
-      forced_algo_ = AllreduceAlgo::kRing;
+      forced_algo_ = Algorithm::kRing;
     }
   }
 }
 
-AllreduceAlgo AllreduceSelector::choose_for_device(size_t bytes) const {
+Algorithm AllreduceSelector::choose_for_device(size_t bytes) const {
   if (forced_) return forced_algo_;
   if (!hierarchy_ready_) return choose(bytes);
   const double size = static_cast<double>(bytes);
   return model_.sharded(size, layout_, true) * kShardedMargin < model_.hierarchical(size, layout_)
-             ? AllreduceAlgo::kSharded
-             : AllreduceAlgo::kHierarchical;
+             ? Algorithm::kSharded
+             : Algorithm::kHierarchical;
 }
 
-AllreduceAlgo AllreduceSelector::choose(size_t bytes) const {
+Algorithm AllreduceSelector::choose(size_t bytes) const {
   if (forced_) return forced_algo_;
   double size = static_cast<double>(bytes);
-  AllreduceAlgo best = AllreduceAlgo::kRing;
+  Algorithm best = Algorithm::kRing;
   double best_time = model_.ring(size, layout_);
   // Candidates in order of preference on a tie: the ring and recursive doubling need no node structure, and the
   // hierarchical one only the rail rings.
-  auto consider = [&](AllreduceAlgo algo, double seconds) {
+  auto consider = [&](Algorithm algo, double seconds) {
     if (seconds < best_time) {
       best = algo;
       best_time = seconds;
     }
   };
-  consider(AllreduceAlgo::kRecursiveDoubling, model_.recursive_doubling(size, layout_));
-  if (hierarchy_ready_) consider(AllreduceAlgo::kHierarchical, model_.hierarchical(size, layout_));
-  consider(AllreduceAlgo::kSharded, model_.sharded(size, layout_, hierarchy_ready_) * kShardedMargin);
+  consider(Algorithm::kRecursiveDoubling, model_.recursive_doubling(size, layout_));
+  if (hierarchy_ready_) consider(Algorithm::kHierarchical, model_.hierarchical(size, layout_));
+  consider(Algorithm::kSharded, model_.sharded(size, layout_, hierarchy_ready_) * kShardedMargin);
   return best;
 }
 

@@ -5,21 +5,17 @@
 #include <cstddef>
 #include <string>
 
+#include "algo/kind.hpp"
 #include "base/settings.hpp"
 #include "hiercoll/topology.hpp"
 
 namespace hiercoll::algo {
-
-/// The collectives, as calls name them and the mismatch check compares them.
-enum class Kind : uint32_t { kAllreduce = 1, kReduceScatter, kAllgather, kBroadcast, kReduce, kAlltoall, kBarrier };
-const char* to_string(Kind kind);
 
 /// Every algorithm the selector can choose. Allreduce: ring, recursive doubling, hierarchical, sharded
 /// (SageMaker's sharded reduction servers: the hierarchical allreduce's inter-node phase where the layout allows
 /// one, else over all ranks); reduce-scatter and allgather: ring, or node (through the node's peer memory, all ranks
 /// on one node); broadcast and reduce: chain; alltoall: pairwise; barrier: dissemination.
 enum class Algorithm { kRing, kRecursiveDoubling, kHierarchical, kSharded, kNode, kChain, kPairwise, kDissemination };
-using AllreduceAlgo = Algorithm;  // the allreduce's four
 const char* to_string(Algorithm algo);
 
 struct LinkFigures {
@@ -47,8 +43,6 @@ struct CostModel {
   /// Sharded reduction servers: inside the hierarchical allreduce where the layout is regular with several ranks
   /// per node (`hierarchical` true), else over all ranks.
   double sharded(double bytes, const Layout& layout, bool hierarchical) const;
-  /// A pipelined (double binary) tree as NCCL uses at scale: 2 log2(n) latency steps, ~2S over the link.
-  double tree(double bytes, const Layout& layout) const;
 
   /// The model of `settings`' figures; CostModel::from(base::Settings::defaults()) is the default one.
   static CostModel from(const base::Settings& settings);
@@ -68,17 +62,17 @@ class AllreduceSelector {
   /// `forced`: HIERCOLL_ALGO's value ("" lets the cost model choose).
   AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced = "");
   /// The algorithm for an allreduce of `bytes`: forced by HIERCOLL_ALGO, else the cheapest eligible.
-  AllreduceAlgo choose(size_t bytes) const;
+  Algorithm choose(size_t bytes) const;
   /// The same for device buffers: hierarchical whenever eligible (the intra-node phases run on the GPUs and only
   /// 1/L of the data crosses host memory), unless HIERCOLL_ALGO forces another.
-  AllreduceAlgo choose_for_device(size_t bytes) const;
+  Algorithm choose_for_device(size_t bytes) const;
   /// The algorithm for any collective of `bytes` (the caller's buffer size) on host or device buffers: the one
   /// place every collective's algorithm is decided.
   Algorithm choose(Kind kind, size_t bytes, bool device) const;
   bool hierarchical_eligible() const { return hierarchy_ready_; }
   /// HIERCOLL_ALGO asks for a flat algorithm (ring or rd): the other collectives keep to the flat ones too.
   bool flat_forced() const {
-    return forced_ && (forced_algo_ == AllreduceAlgo::kRing || forced_algo_ == AllreduceAlgo::kRecursiveDoubling);
+    return forced_ && (forced_algo_ == Algorithm::kRing || forced_algo_ == Algorithm::kRecursiveDoubling);
   }
   const CostModel& model() const { return model_; }
   /// The cost model's predicted allreduce time (µs) per algorithm at sizes 8 B x 8^k up to 128 MB, and the choice at
@@ -90,7 +84,7 @@ class AllreduceSelector {
   Layout layout_;
   bool hierarchy_ready_;
   bool forced_ = false;
-  AllreduceAlgo forced_algo_ = AllreduceAlgo::kRing;
+  Algorithm forced_algo_ = Algorithm::kRing;
 };
 
 }  // namespace hiercoll::algo

@@ -13,7 +13,7 @@
 #include "base/log.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
-#include "launch/launcher.hpp"
+#include "launch/rendezvous.hpp"
 
 namespace hiercoll {
 namespace {

@@ -142,24 +142,10 @@ bool has_op(algo::Kind kind) {
   return kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce;
 }
 
-// "allreduce(1000 x float32) sum [ring]": what errors, logs and the flight recorder call it, appended to `out`.
-// Written for every operation, so by appending to a reused buffer where one is at hand (an ostringstream cost
-// about a tenth of an 8-byte allreduce on one node).
+// "allreduce(1000 x float32) sum [ring]": the operation's name and the algorithm that runs it.
 void describe_into(std::string& out, const Collective& c, algo::Algorithm algorithm, bool on_device) {
-  if (c.kind == algo::Kind::kBarrier) {
-    out.append("barrier");
-    return;
-  }
-  char number[24];
-  auto append_number = [&](long long v) { out.append(number, std::to_chars(number, number + sizeof(number), v).ptr); };
-  out.append(algo::to_string(c.kind)).append("(");
-  append_number(static_cast<long long>(c.count));
-  out.append(" x ").append(to_string(c.type)).append(")");
-  if (has_op(c.kind)) out.append(" ").append(to_string(c.op));
-  if (c.root >= 0) {
-    out.append(" root ");
-    append_number(c.root);
-  }
+  engine::describe_into(out, c.kind, c.count, c.type, c.op, c.root);
+  if (c.kind == algo::Kind::kBarrier) return;
   out.append(" [").append(algo::to_string(algorithm)).append(on_device ? ", device]" : "]");
 }
 
@@ -171,6 +157,27 @@ std::string describe(const Collective& c, algo::Algorithm algorithm, bool on_dev
 }
 
 }  // namespace
+
+void describe_into(std::string& out, const char* name, size_t count, DataType type, const ReduceOp* op, int root) {
+  char number[24];
+  auto append_number = [&](long long v) { out.append(number, std::to_chars(number, number + sizeof(number), v).ptr); };
+  out.append(name).append("(");
+  append_number(static_cast<long long>(count));
+  out.append(" x ").append(to_string(type)).append(")");
+  if (op != nullptr) out.append(" ").append(to_string(*op));
+  if (root >= 0) {
+    out.append(" root ");
+    append_number(root);
+  }
+}
+
+void describe_into(std::string& out, algo::Kind kind, size_t count, DataType type, ReduceOp op, int root) {
+  if (kind == algo::Kind::kBarrier) {
+    out.append("barrier");
+    return;
+  }
+  describe_into(out, algo::to_string(kind), count, type, has_op(kind) ? &op : nullptr, root);
+}
 
 std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
@@ -200,11 +207,9 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   flight_.ended(seq, !failure);
   Work work;  // finished: a Work without state
   if (failure) {
-    const std::string what = describe(c, algorithm, false) + " (rank " + std::to_string(rank_) + ")";
-    failure->message = what + " " + algo::kOneShotPhase + failure->message;
-    explain_halt(*failure, what);
-    on_collective_failure(*failure);
-    break_on(what, *failure);
+    const std::string what = describe(c, algorithm, false);
+    failure->message = what + " (rank " + std::to_string(rank_) + ") " + algo::kOneShotPhase + failure->message;
+    fail(*failure, what, true);
     auto state = std::make_shared<WorkState>();
     state->finish(failure);
     work = Work(state);

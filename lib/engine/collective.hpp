@@ -3,6 +3,7 @@
 // argument check and enqueue): validate on the caller's thread, let the selector choose the algorithm, build the
 // algorithm's host body (and, for device buffers, its device issue), enqueue.
 #include <cstddef>
+#include <string>
 
 #include "algo/select.hpp"
 #include "hiercoll/communicator.hpp"
@@ -22,5 +23,14 @@ struct Collective {
   int root = -1;                 ///< broadcast, reduce
   CallOptions options;
 };
+
+/// The one way errors, logs, the flight recorder and the mismatch check name an operation, appended to `out`:
+/// "allreduce(1000 x float32) sum", "broadcast(100 x float32) root 0", "send(4 x int32)". `op`: the reduction,
+/// null where the operation does not reduce; `root` -1: none. It appends to a buffer the caller may reuse because it
+/// runs for every operation (an ostringstream cost about a tenth of an 8-byte allreduce on one node).
+void describe_into(std::string& out, const char* name, size_t count, DataType type, const ReduceOp* op = nullptr,
+                   int root = -1);
+/// A collective's name as describe_into writes it ("barrier" alone, it has no buffers).
+void describe_into(std::string& out, algo::Kind kind, size_t count, DataType type, ReduceOp op, int root);
 
 }  // namespace hiercoll::engine

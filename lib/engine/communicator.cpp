@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <sstream>
 
 #include "algo/channel.hpp"
 #include "base/settings.hpp"
@@ -26,9 +25,9 @@ using engine::CommunicatorImpl;
 namespace {
 
 std::string describe(const char* op, size_t count, DataType type) {
-  std::ostringstream out;
-  out << op << "(" << count << " x " << to_string(type) << ")";
-  return out.str();
+  std::string out;
+  engine::describe_into(out, op, count, type);
+  return out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "algo/algorithms.hpp"
 #include "algo/background.hpp"
 #include "base/log.hpp"
+#include "engine/collective.hpp"
 #include "hiercoll/errors.hpp"
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
@@ -17,15 +18,10 @@
 namespace hiercoll::engine {
 
 std::string describe_op(const algo::OpDescriptor& d) {
-  const auto kind = static_cast<algo::Kind>(d.kind);
-  std::string text = algo::to_string(kind);
-  if (kind == algo::Kind::kBarrier) return text;
-  text += "(" + std::to_string(d.count) + " x " + to_string(static_cast<DataType>(d.type));
-  if (kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce) {
-    text += std::string(", ") + to_string(static_cast<ReduceOp>(d.op));
-  }
-  if (d.root >= 0) text += ", root " + std::to_string(d.root);
-  return text + ")";
+  std::string text;
+  describe_into(text, static_cast<algo::Kind>(d.kind), d.count, static_cast<DataType>(d.type),
+                static_cast<ReduceOp>(d.op), d.root);
+  return text;
 }
 
 namespace {
@@ -85,7 +81,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   cost_model_ = algo::CostModel::from(settings_);
 
   transport::FabricOptions fabric;
-  fabric.provider = options_.provider;
+  fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
   fabric.interface = settings_.fabric_iface;
   fabric.force_mr = settings_.fabric_force_mr;
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
@@ -545,12 +541,16 @@ void CommunicatorImpl::run_op(Op& op) {
     } catch (const std::exception& e) {
       failure = base::Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
     }
-    if (failure) explain_halt(*failure, op.what + " (rank " + std::to_string(rank_) + ")");
     if (op.collective) flight_.ended(op.flight_seq, !failure);
-    if (failure && op.collective) on_collective_failure(*failure);
-    if (failure) break_on(op.what, *failure);
+    if (failure) fail(*failure, op.what, op.collective);
   }
   if (!op.completes_later || failure) op.state->finish(failure);
+}
+
+void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, bool collective) {
+  explain_halt(failure, what + " (rank " + std::to_string(rank_) + ")");
+  if (collective) on_collective_failure(failure);
+  break_on(what, failure);
 }
 
 void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {

@@ -66,7 +66,7 @@ class CommunicatorImpl {
   /// Applies to operations the progress thread starts from now on.
   void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
-  algo::AllreduceAlgo choose_allreduce(size_t bytes, bool device = false) const {
+  algo::Algorithm choose_allreduce(size_t bytes, bool device = false) const {
     return device ? selector_->choose_for_device(bytes) : selector_->choose(bytes);
   }
   uint16_t context() const { return context_; }
@@ -108,6 +108,9 @@ class CommunicatorImpl {
   void measure_link();
   void progress_loop();
   void run_op(Op& op);
+  /// Operation `what` failed on this rank, whichever thread ran it (run_op, run_here): the failure is explained
+  /// (explain_halt; a collective's also by on_collective_failure), then the communicator breaks on it (break_on).
+  void fail(base::Failure& failure, const std::string& what, bool collective);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
   void on_collective_failure(base::Failure& failure);
   /// Finishes the point-to-point requests that completed or passed their deadline; with `all_failed`, every one

@@ -51,15 +51,15 @@ TEST_CASE("the cost model picks recursive doubling small, hierarchical large on 
   // Small: one network round (the rails' recursive doubling between 2 nodes) after a shared-memory reduction,
   // against flat recursive doubling's two rounds among 4 ranks.
   CHECK(model.hierarchical(1024, two_by_two) < model.recursive_doubling(1024, two_by_two));
-  CHECK(selector.choose(1024) == algo::AllreduceAlgo::kHierarchical);
-  CHECK(selector.choose(64 << 20) == algo::AllreduceAlgo::kHierarchical);
+  CHECK(selector.choose(1024) == algo::Algorithm::kHierarchical);
+  CHECK(selector.choose(64 << 20) == algo::Algorithm::kHierarchical);
   // Without nodes to use, small messages take recursive doubling.
   algo::AllreduceSelector four_nodes(model, Layout::from_node_ids(nodes_of(4, 1), 0), false);
-  CHECK(four_nodes.choose(1024) == algo::AllreduceAlgo::kRecursiveDoubling);
+  CHECK(four_nodes.choose(1024) == algo::Algorithm::kRecursiveDoubling);
   // Without a usable hierarchy (irregular layout), large messages take the ring: on 4 ranks the sharded servers'
   // two steps save 4 latencies of 30 µs, far less than the 10% they must win by (select.cpp).
   algo::AllreduceSelector flat(model, two_by_two, false);
-  CHECK(flat.choose(64 << 20) == algo::AllreduceAlgo::kRing);
+  CHECK(flat.choose(64 << 20) == algo::Algorithm::kRing);
   // Hierarchical moves 2(N-1)/N S through the node link, the ring 2(n-1)/n S: 1.0 vs 1.5 at 2x2.
   double ratio = model.ring(64e6, two_by_two) / model.hierarchical(64e6, two_by_two);
   CHECK(ratio > 1.2);
@@ -91,8 +91,8 @@ TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chose
     // the latency dominates, from three nodes on; never at 64 MB, where the saved latencies are a fraction of a
     // per cent; on two nodes the rails' recursive doubling is as quick.
     CHECK(selector.choose(64 << 10) ==
-          (nodes == 2 ? algo::AllreduceAlgo::kHierarchical : algo::AllreduceAlgo::kSharded));
-    CHECK(selector.choose(64 << 20) == algo::AllreduceAlgo::kHierarchical);
+          (nodes == 2 ? algo::Algorithm::kHierarchical : algo::Algorithm::kSharded));
+    CHECK(selector.choose(64 << 20) == algo::Algorithm::kHierarchical);
     for (size_t size : {size_t{64} << 10, size_t{64} << 20}) {
       CHECK(selector.choose(size) == selector.choose(algo::Kind::kAllreduce, size, true));
     }
@@ -100,7 +100,7 @@ TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chose
   // HIERCOLL_ALGO forces it; it is not a flat algorithm (single-node reduce-scatter keeps to shared memory).
   const Layout one_node = Layout::from_node_ids(nodes_of(1, 4), 0);
   algo::AllreduceSelector forced(model, one_node, true, "sharded");
-  CHECK(forced.choose(8) == algo::AllreduceAlgo::kSharded);
+  CHECK(forced.choose(8) == algo::Algorithm::kSharded);
   CHECK(forced.choose(algo::Kind::kReduceScatter, 1 << 20, false) == algo::Algorithm::kNode);
   CHECK_THROWS_WITH(algo::AllreduceSelector(model, one_node, true, "servers"), Catch::Contains("sharded"));
 }

@@ -1,5 +1,5 @@
 // How a process finds its rank and rendezvous from what launched it (lib/launch, lib/engine/bootstrap.cpp).
-#include "launch/launcher.hpp"
+#include "launch/rendezvous.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "launch/launcher.hpp"
+#include "launch/rendezvous.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
