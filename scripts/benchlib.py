@@ -40,21 +40,35 @@ def rows(output):
     return result
 
 
-def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
+def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
     """The output of <collective>_perf `args`, started by hiercoll_launch: `ranks` ranks on loopback, or layout =
-    (nodes, ranks per node) on the emulated cluster (which must be up). `env`: NAME=VALUE for every rank."""
+    (nodes, ranks per node) on the emulated cluster (which must be up; netns=False: nodes told apart by
+    HIERCOLL_NODE_ID on loopback, the link unshaped). `env`: NAME=VALUE for every rank."""
     nodes, per_node = layout or (1, ranks)
     cmd = [LAUNCH, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
            "-x", "HIERCOLL_FABRIC_PROVIDER=tcp"]
-    cmd += ["--netns", "hc"] if layout else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]
+    cmd += ["--netns", "hc"] if layout and netns else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]
     for e in env:
         cmd += ["-x", e]
     return run(cmd + ["--", perf(collective), "--backend", backend] + args)
 
 
-def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4):
+def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
     """The rows of <collective>_perf (see launch_output)."""
-    return rows(launch_output(sizes, env, backend, collective, layout, ranks))
+    return rows(launch_output(sizes, env, backend, collective, layout, ranks, netns))
+
+
+def ring_vs_hier(nodes, per_node, max_bytes, netns):
+    """run-main's first part: the allreduce, flat ring and hierarchical, 1 MB to `max_bytes` on `nodes` x `per_node`
+    ranks; prints both tables and the busbw ratio at the largest size."""
+    busbw = {}
+    for algo in ("ring", "hier"):
+        print(f"# HIERCOLL_ALGO={algo}", file=sys.stderr, flush=True)
+        series = checked(launched(["-b", "1M", "-e", max_bytes, "-f", "4", "-n", "5", "-w", "1"],
+                                  [f"HIERCOLL_ALGO={algo}"], layout=(nodes, per_node), netns=netns), algo)
+        busbw[algo] = series[-1]["busbw"]
+    print(f"# largest size: busbw ring {busbw['ring']} GB/s, hier {busbw['hier']} GB/s, "
+          f"hier/ring {busbw['hier'] / busbw['ring']:.2f}", flush=True)
 
 
 def alternated(rounds, runs):

@@ -48,7 +48,7 @@ def test_ddp_training_matches_gloo(size, options, tmp_path):
 @pytest.mark.parametrize("size", [2, 4])
 def test_cuda_tensors_in_place(size):
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: CUDA tensors are checked by scripts/gpu-check.sh on a GPU machine")
+        pytest.skip("no CUDA device: CUDA tensors are checked by scripts/gpu-check on a GPU machine")
     outputs = run_ranks(size, "worker_cuda.py", timeout=600)
     for out in outputs:
         assert " 0 failed" in out, out
