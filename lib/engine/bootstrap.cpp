@@ -11,6 +11,7 @@
 
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "base/settings.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 #include "launch/rendezvous.hpp"
@@ -68,7 +69,7 @@ bool started_by_pmix() { return launch::pmix_built() && base::env_string("PMIX_N
 std::optional<std::string> launcher_rendezvous_address(int rank, std::chrono::milliseconds timeout) {
   if (started_by_pmix()) {
     return launch::pmix_share_from_rank0("rendezvous", rank, [] {
-      std::string address = launch::reachable_address();
+      std::string address = launch::reachable_address(base::Settings::from_env().socket_ifname);
       return address + ":" + std::to_string(free_port(address));
     }, timeout);
   }
@@ -132,7 +133,7 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
     // Rank 0 opens the server first and publishes the port it got: no port is guessed, none can collide.
     std::shared_ptr<Store> server;
     std::string url = launch::pmix_share_from_rank0("store", rank, [&] {
-      std::string address = launch::reachable_address();
+      std::string address = launch::reachable_address(base::Settings::from_env().socket_ifname);
       auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout, token);
       server = store;
       return "tcp://" + address + ":" + std::to_string(store->port());

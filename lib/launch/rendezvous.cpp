@@ -9,7 +9,6 @@
 #include <cstring>
 #include <memory>
 
-#include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
 
 #ifdef HIERCOLL_WITH_PMIX
@@ -98,8 +97,7 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
 #endif
 }
 
-std::string reachable_address() {
-  const std::string ifname = base::Settings::from_env().socket_ifname;
+std::string reachable_address(const std::string& ifname) {
   const char* wanted = ifname.empty() ? nullptr : ifname.c_str();
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "127.0.0.1";
