@@ -423,6 +423,16 @@ TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][so
   std::printf("%s", result.ranks[0].output.c_str());
 }
 
+// Whether each of `ranks` ranks of a fuzzed soak wrote its soak-done file into `dir` (mp_worker.cpp's soak).
+namespace {
+bool all_soaks_done(const char* dir, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    if (access((std::string(dir) + "/soak-done-" + std::to_string(r)).c_str(), F_OK) != 0) return false;
+  }
+  return true;
+}
+}  // namespace
+
 // The original fault: 13 bytes to the store killed rank 0 of a running job. Here thousands of random and mutated
 // frames, on hundreds of connections (half of them past the job token), reach the TCP store (served by rank 0) while
 // 4 ranks run random checked collectives: every element must still match and every rank finish.
@@ -432,6 +442,11 @@ TEST_CASE("a TCP store fuzzed during collectives leaves them running and correct
   options.tcp_store = true;
   options.store_port = hiercoll::test::free_port();
   options.env["HIERCOLL_JOB_TOKEN"] = "fuzz-job";  // known here: half the connections get past it, into the parser
+  // The fuzzer stops once every rank's soak is over; the ranks then count their descriptors (mp_worker.cpp's soak).
+  char dir[] = "/tmp/hiercoll-store-fuzz-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  options.env["HIERCOLL_TEST_FUZZ_DIR"] = dir;
+  auto soaks_done = [&] { return all_soaks_done(dir, 4); };
   std::atomic<bool> stop{false};
   std::atomic<int> frames{0}, connections{0};
   std::thread fuzzer([&] {
@@ -439,7 +454,7 @@ TEST_CASE("a TCP store fuzzed during collectives leaves them running and correct
     // A SET of key "k" (command 1, key length, key, value length, value), then mutated or replaced by noise.
     const std::vector<uint8_t> set = {1, 1, 0, 0, 0, 'k', 4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4};
     const std::vector<uint8_t> hello = {5, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 'f', 'u', 'z', 'z', '-', 'j', 'o', 'b'};
-    for (bool admitted = false; !stop; admitted = !admitted) {
+    for (bool admitted = false; !stop && !soaks_done(); admitted = !admitted) {
       int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       sockaddr_in addr{};
       addr.sin_family = AF_INET;
@@ -457,10 +472,12 @@ TEST_CASE("a TCP store fuzzed during collectives leaves them running and correct
       ::close(fd);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    std::fclose(std::fopen((std::string(dir) + "/fuzz-done").c_str(), "w"));
   });
   auto result = launch(4, HIERCOLL_MP_WORKER, {"soak"}, options);
   stop = true;
   fuzzer.join();
+  std::system(("rm -rf " + std::string(dir)).c_str());
   INFO(result.report());
   INFO(frames << " frames on " << connections << " connections");
   CHECK(result.all_ok());
@@ -530,12 +547,8 @@ TEST_CASE("every listening socket of a running job takes hostile bytes and the j
   char dir[] = "/tmp/hiercoll-listener-fuzz-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   options.env["HIERCOLL_TEST_FUZZ_DIR"] = dir;
-  auto soaks_done = [&] {
-    for (int r = 0; r < 4; ++r) {
-      if (access((std::string(dir) + "/soak-done-" + std::to_string(r)).c_str(), F_OK) != 0) return false;
-    }
-    return true;
-  };
+  options.env["HIERCOLL_TEST_FUZZ_LISTENERS"] = "1";
+  auto soaks_done = [&] { return all_soaks_done(dir, 4); };
   std::atomic<bool> stop{false};
   std::atomic<int> frames{0}, connections{0};
   std::set<uint16_t> fuzzed;
