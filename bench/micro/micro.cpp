@@ -3,7 +3,8 @@
 //    counts memory traffic (reduce: read a, read b, write dst = 3 x buffer; memcpy: 2 x buffer), so
 //    reduce / memcpy is the kernel's fraction of the memory bandwidth a copy reaches;
 //  - copying into a shared-memory segment;
-//  - libfabric (tcp provider on loopback) ping-pong latency and streaming bandwidth between two endpoints.
+//  - libfabric (tcp provider on loopback) ping-pong latency and streaming bandwidth between two endpoints;
+//  - the per-call cost of choosing an allreduce's algorithm, which every call pays.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "algo/select.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
@@ -120,6 +122,19 @@ void BM_FabricStream(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 BENCHMARK(BM_FabricStream)->Arg(1 << 20)->Arg(16 << 20)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The selector's choice for an allreduce of `range(0)` bytes, asked again and again as a training loop does: one
+// node of 2 ranks (the one-shot allreduce, where the whole call costs a few hundred nanoseconds), and 2 x 2.
+void BM_AllreduceChoice(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(1));
+  std::vector<std::string> ids;
+  for (int n = 0; n < nodes; ++n) ids.insert(ids.end(), 2, "node" + std::to_string(n));
+  const algo::AllreduceSelector selector(algo::CostModel::from(base::Settings::defaults()),
+                                         Layout::from_node_ids(ids, 0), true);
+  const auto bytes = static_cast<size_t>(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(selector.choose(algo::Kind::kAllreduce, bytes, false));
+}
+BENCHMARK(BM_AllreduceChoice)->Args({8, 1})->Args({1 << 20, 1})->Args({8, 2})->Unit(benchmark::kNanosecond);
 
 }  // namespace
 
