@@ -61,6 +61,9 @@ int free_port(const std::string& address) {
   return ntohs(sa.sin_port);
 }
 
+// The address rank 0 publishes through PMIx: HIERCOLL_SOCKET_IFNAME's interface, else the first one up.
+std::string published_address() { return launch::reachable_address(base::Settings::from_env().socket_ifname); }
+
 // Under a PMIx server (mpirun, srun --mpi=pmix) with PMIx support built in.
 bool started_by_pmix() { return launch::pmix_built() && base::env_string("PMIX_NAMESPACE").has_value(); }
 
@@ -69,7 +72,7 @@ bool started_by_pmix() { return launch::pmix_built() && base::env_string("PMIX_N
 std::optional<std::string> launcher_rendezvous_address(int rank, std::chrono::milliseconds timeout) {
   if (started_by_pmix()) {
     return launch::pmix_share_from_rank0("rendezvous", rank, [] {
-      std::string address = launch::reachable_address(base::Settings::from_env().socket_ifname);
+      std::string address = published_address();
       return address + ":" + std::to_string(free_port(address));
     }, timeout);
   }
@@ -133,7 +136,7 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
     // Rank 0 opens the server first and publishes the port it got: no port is guessed, none can collide.
     std::shared_ptr<Store> server;
     std::string url = launch::pmix_share_from_rank0("store", rank, [&] {
-      std::string address = launch::reachable_address(base::Settings::from_env().socket_ifname);
+      std::string address = published_address();
       auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout, token);
       server = store;
       return "tcp://" + address + ":" + std::to_string(store->port());
