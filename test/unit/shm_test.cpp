@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device/host_queue.hpp"
+#include "fds.hpp"
 #include "hiercoll/errors.hpp"
 #include "transport/shm/node_arena.hpp"
 #include "transport/shm/shm_segment.hpp"
@@ -21,14 +22,7 @@ using namespace hiercoll;
 using namespace hiercoll::transport;
 
 namespace {
-int open_fds() {
-  int count = 0;
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    while (readdir(dir) != nullptr) ++count;
-    closedir(dir);
-  }
-  return count;
-}
+using hiercoll::test::open_fds;
 
 bool exists(const std::string& name) {
   int fd = shm_open(name.c_str(), O_RDONLY, 0);

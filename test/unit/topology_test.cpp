@@ -1,11 +1,13 @@
 #include "hiercoll/topology.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "algo/select.hpp"
+#include "fds.hpp"
 
 using namespace hiercoll;
 
@@ -139,4 +141,28 @@ TEST_CASE("the tuning table prints the model's times and the selector's choice a
     }
     CHECK(rows == 9);  // 8 B .. 128 MB by factors of 8
   }
+}
+
+// hwloc failing to read the machine (forced: HWLOC_COMPONENTS=stop makes its discovery fail, read by hwloc at each
+// topology's init) leaves the layout unknown, with a warning, and releases the topology on that path: no
+// descriptor kept over many tries (and the sanitizer build's leak check sees its memory).
+TEST_CASE("a machine hwloc cannot read is reported unknown and nothing is kept", "[topo]") {
+  const MachineInfo real = detect_machine();
+  CHECK(real.cores > 0);
+  const char* saved = std::getenv("HWLOC_COMPONENTS");
+  const std::string restore = saved ? saved : "";
+  setenv("HWLOC_COMPONENTS", "stop", 1);
+  const int fds = hiercoll::test::open_fds();
+  MachineInfo failed;
+  for (int i = 0; i < 50; ++i) failed = detect_machine();
+  const int fds_after = hiercoll::test::open_fds();
+  if (saved) {
+    setenv("HWLOC_COMPONENTS", restore.c_str(), 1);
+  } else {
+    unsetenv("HWLOC_COMPONENTS");
+  }
+  CHECK(failed.cores == 0);
+  CHECK(failed.gpus.empty());
+  CHECK(failed.describe().find("0 cores") == 0);
+  CHECK(fds_after == fds);
 }
