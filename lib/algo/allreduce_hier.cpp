@@ -51,9 +51,23 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
   // result is the same bits). The slot rotation stays safe: a rank signals round p+1 only after its reads of round
   // p. The rotation and generations are allreduce_hier's (pieces_done), so ranks may mix the two freely.
   const NodeRound r = node_round(m, 0);
-  m.queue->copy(m.peers->area(r.slot, m.peers->local_rank()), in, count * dtype_size(type));
-  node_reduce_round(m, r, node_signature(0, count, type, op), wait, 0, count, nullptr, out, type,
-                    op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+  const size_t bytes = count * dtype_size(type);
+  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  transport::PeerMemory& peers = *m.peers;
+  if (bytes <= peers.flag_payload_bytes()) {
+    // A few elements ride in the flag's own cache line: a peer's wait that sees the flag has the data too, where
+    // reading an area would be a second transfer of a line the owner just wrote (2 ranks, 8 B: two of the four
+    // transfers a call makes).
+    const int L = peers.local_size();
+    m.queue->copy(peers.flag_payload(transport::kFlagStaged, r.slot, peers.local_rank()), in, bytes);
+    node_sync(m, transport::kFlagStaged, r.slot, r.generation, node_signature(0, count, type, op), wait, m.flags);
+    m.sources.resize(static_cast<size_t>(L));
+    for (int k = 0; k < L; ++k) m.sources[k] = peers.flag_payload(transport::kFlagStaged, r.slot, k);
+    m.queue->reduce(out, m.sources.data(), L, count, type, partial);
+  } else {
+    m.queue->copy(peers.area(r.slot, peers.local_rank()), in, bytes);
+    node_reduce_round(m, r, node_signature(0, count, type, op), wait, 0, count, nullptr, out, type, partial);
+  }
   if (op == ReduceOp::kAvg) m.queue->divide(out, count, type, world);
   m.pieces_done += 1;
 }

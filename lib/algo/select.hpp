@@ -3,6 +3,7 @@
 // every algorithm's time is  latency x steps + bytes on the bottleneck link / its bandwidth,  and the
 // cheapest eligible one is chosen per call. HIERCOLL_ALGO forces one.
 #include <cstddef>
+#include <atomic>
 #include <string>
 
 #include "algo/kind.hpp"
@@ -85,6 +86,11 @@ class AllreduceSelector {
   bool hierarchy_ready_;
   bool forced_ = false;
   Algorithm forced_algo_ = Algorithm::kRing;
+  // The cost model's answers for recent sizes (training repeats its bucket sizes): evaluating the model costs a
+  // few tenths of a small allreduce on one node. Entry: (bytes + 1) << 8 | algorithm, 0 when empty; any thread.
+  Algorithm model_choice(size_t bytes) const;
+  static constexpr size_t kRemembered = 8;  // select.cpp indexes by the top 3 bits of a hash
+  mutable std::atomic<uint64_t> remembered_[kRemembered] = {};
 };
 
 }  // namespace hiercoll::algo

@@ -33,4 +33,18 @@ void describe_into(std::string& out, const char* name, size_t count, DataType ty
 /// A collective's name as describe_into writes it ("barrier" alone, it has no buffers).
 void describe_into(std::string& out, algo::Kind kind, size_t count, DataType type, ReduceOp op, int root);
 
+/// A collective and the algorithm that runs it, as data: what the flight recorder keeps for a collective its caller
+/// runs, to be named only if the record is read.
+struct CollectiveName {
+  algo::Kind kind = algo::Kind::kBarrier;
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = -1;
+  algo::Algorithm algorithm = algo::Algorithm::kRing;
+  bool on_device = false;
+};
+/// "allreduce(1000 x float32) sum [ring]" ("[ring, device]" on device buffers; "barrier" alone).
+void describe_into(std::string& out, const CollectiveName& name);
+
 }  // namespace hiercoll::engine

@@ -20,38 +20,50 @@ const char* to_string(FlightRecorder::State state) {
 
 FlightRecorder::FlightRecorder(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
 
-FlightRecorder::Entry* FlightRecorder::find(uint64_t seq) {
-  Entry& slot = ring_[seq % ring_.size()];
+FlightRecorder::Slot* FlightRecorder::find(uint64_t seq) {
+  Slot& slot = ring_[seq % ring_.size()];
   return slot.seq == seq ? &slot : nullptr;  // overwritten by a later one: nothing to update
 }
 
 uint64_t FlightRecorder::queued(const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t seq = next_++;
-  Entry& slot = ring_[seq % ring_.size()];
+  Slot& slot = ring_[seq % ring_.size()];
   std::string name = std::move(slot.what);  // its buffer is reused: no allocation per collective
   name.assign(what);
-  slot = Entry{};
+  slot = Slot{};
   slot.seq = seq;
   slot.what = std::move(name);
-  slot.queued = std::chrono::system_clock::now();
+  slot.queued = Clock::now();
+  return seq;
+}
+
+uint64_t FlightRecorder::running(const CollectiveName& name, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t seq = next_++;
+  Slot& slot = ring_[seq % ring_.size()];
+  slot.seq = seq;
+  slot.name = name;
+  slot.state = State::kRunning;
+  slot.queued = slot.started = now;
+  slot.ended = {};
   return seq;
 }
 
 void FlightRecorder::started(uint64_t seq) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (Entry* e = find(seq)) {
+  if (Slot* e = find(seq)) {
     e->state = State::kRunning;
-    e->started = std::chrono::system_clock::now();
+    e->started = Clock::now();
   }
 }
 
-void FlightRecorder::ended(uint64_t seq, bool ok) {
+void FlightRecorder::ended(uint64_t seq, bool ok, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (ok) completed_ = std::max(completed_, seq + 1);
-  if (Entry* e = find(seq)) {
+  if (Slot* e = find(seq)) {
     e->state = ok ? State::kDone : State::kFailed;
-    e->ended = std::chrono::system_clock::now();
+    e->ended = now;
   }
 }
 
@@ -66,10 +78,31 @@ uint64_t FlightRecorder::completed() const {
 }
 
 std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
+  // Steady times onto the wall clock by the clocks' offset now: off only by what the wall clock was stepped since.
+  const auto wall_now = std::chrono::system_clock::now();
+  const auto steady_now = Clock::now();
+  auto wall = [&](Clock::time_point t) {
+    if (t == Clock::time_point{}) return std::chrono::system_clock::time_point{};  // never came
+    return wall_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(steady_now - t);
+  };
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Entry> kept;
   const uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 0;
-  for (uint64_t seq = first; seq < next_; ++seq) kept.push_back(ring_[seq % ring_.size()]);
+  for (uint64_t seq = first; seq < next_; ++seq) {
+    const Slot& slot = ring_[seq % ring_.size()];
+    Entry e;
+    e.seq = slot.seq;
+    if (slot.name) {
+      describe_into(e.what, *slot.name);
+    } else {
+      e.what = slot.what;
+    }
+    e.state = slot.state;
+    e.queued = wall(slot.queued);
+    e.started = wall(slot.started);
+    e.ended = wall(slot.ended);
+    kept.push_back(std::move(e));
+  }
   return kept;
 }
 

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/collective.hpp"
 #include "hiercoll/store.hpp"
 
 namespace hiercoll::engine {
@@ -23,6 +25,7 @@ class FlightRecorder {
     State state = State::kQueued;
     std::chrono::system_clock::time_point queued, started, ended;  // wall clock: comparable across hosts
   };
+  using Clock = std::chrono::steady_clock;
 
   /// Keeps the last `capacity` collectives (at least 1).
   explicit FlightRecorder(size_t capacity);
@@ -30,22 +33,12 @@ class FlightRecorder {
   /// A collective was enqueued; returns its sequence number (0, 1, ...). Any thread.
   uint64_t queued(const std::string& what);
   void started(uint64_t seq);
-  void ended(uint64_t seq, bool ok);
-  /// queued() and started() at once, for a collective its caller runs itself. `write_name(std::string&)` writes
-  /// what it is into the entry's buffer, which is reused: nothing is allocated once the ring has gone round.
-  template <class WriteName>
-  uint64_t running(const WriteName& write_name) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t seq = next_++;
-    Entry& slot = ring_[seq % ring_.size()];
-    slot.seq = seq;
-    slot.what.clear();
-    write_name(slot.what);
-    slot.state = State::kRunning;
-    slot.queued = slot.started = std::chrono::system_clock::now();
-    slot.ended = {};
-    return seq;
-  }
+  void ended(uint64_t seq, bool ok) { ended(seq, ok, Clock::now()); }
+  void ended(uint64_t seq, bool ok, Clock::time_point now);
+  /// queued() and started() at once, at `now`, for a collective its caller runs itself. It is kept as data and
+  /// named only when the record is read: nothing is formatted or allocated per call. Its caller may give coarse
+  /// times (base::coarse_now: milliseconds) for both ends.
+  uint64_t running(const CollectiveName& name, Clock::time_point now);
 
   /// How many collectives were enqueued.
   uint64_t called() const;
@@ -57,10 +50,19 @@ class FlightRecorder {
   std::string json(const std::string& communicator, int rank, int size) const;
 
  private:
-  Entry* find(uint64_t seq);  // under mutex_
+  // An entry as kept: times on the steady clock (one read costs what a wall-clock read does, and the deadline
+  // needs that clock anyway), put on the wall clock when the record is read; the name as text, or as data.
+  struct Slot {
+    uint64_t seq = 0;
+    std::string what;
+    std::optional<CollectiveName> name;  // set: `what` is this, not yet written
+    State state = State::kQueued;
+    Clock::time_point queued, started, ended;
+  };
+  Slot* find(uint64_t seq);  // under mutex_
 
   mutable std::mutex mutex_;
-  std::vector<Entry> ring_;
+  std::vector<Slot> ring_;
   uint64_t next_ = 0;
   uint64_t completed_ = 0;  // collectives complete in sequence (they run in order, one at a time)
 };

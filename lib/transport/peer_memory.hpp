@@ -22,6 +22,17 @@ class PeerMemory {
   virtual uint8_t* area(int slot, int owner) const = 0;
   /// Flag `kind` of area `slot` of `owner`: two 64-bit words, zero at creation.
   virtual uint64_t* flag(FlagKind kind, int slot, int owner) const = 0;
+  /// Bytes of data a flag's own cache line carries beside its words (0: none), at flag_payload(). A round whose
+  /// data fits there costs one cache-line transfer per peer instead of two: the wait's read of the flag brings the
+  /// data with it. Written before the flag is signalled and read after it is seen, like an area.
+  virtual size_t flag_payload_bytes() const { return 0; }
+  uint8_t* flag_payload(FlagKind kind, int slot, int owner) const {
+    return reinterpret_cast<uint8_t*>(flag(kind, slot, owner)) + kFlagPayloadOffset;
+  }
+
+  /// Where a flag's payload starts in its line: after the words device/queue.hpp gives a flag (generation,
+  /// signature, HostQueue's sleeper count).
+  static constexpr size_t kFlagPayloadOffset = 32;
 };
 
 }  // namespace hiercoll::transport

@@ -38,6 +38,38 @@ TEST_CASE("the flight recorder keeps the last collectives in order and counts co
   CHECK_THAT(json, Catch::Contains("\"seq\": 4, \"op\": \"op4\", \"state\": \"failed\""));
 }
 
+// A collective its caller runs is kept as data (running()) and named only when the record is read: the same text
+// the progress thread's entries carry, and its times on the wall clock like theirs.
+TEST_CASE("a collective run by its caller is named and timed like a queued one when the record is read", "[flight]") {
+  FlightRecorder recorder(4);
+  const auto wall_before = std::chrono::system_clock::now();
+  recorder.queued("broadcast(100 x float32) root 0 [chain]");
+  engine::CollectiveName name;
+  name.kind = algo::Kind::kAllreduce;
+  name.count = 2;
+  name.type = DataType::kFloat32;
+  name.op = ReduceOp::kMax;
+  name.algorithm = algo::Algorithm::kHierarchical;
+  const uint64_t seq = recorder.running(name, FlightRecorder::Clock::now());
+  CHECK(seq == 1);
+  recorder.ended(seq, true);
+  const auto wall_after = std::chrono::system_clock::now();
+  auto entries = recorder.entries();
+  REQUIRE(entries.size() == 2);
+  std::string expected;
+  engine::describe_into(expected, algo::Kind::kAllreduce, 2, DataType::kFloat32, ReduceOp::kMax, -1);
+  CHECK(entries[1].what == expected + " [" + algo::to_string(algo::Algorithm::kHierarchical) + "]");
+  CHECK(entries[1].state == FlightRecorder::State::kDone);
+  CHECK(recorder.completed() == 2);
+  for (const auto& e : entries) {  // a millisecond of slack for the clocks' offset, read once per entries()
+    CHECK(e.queued >= wall_before - std::chrono::milliseconds(1));
+    CHECK(e.ended >= e.started);
+    CHECK(e.ended <= wall_after + std::chrono::milliseconds(1));
+  }
+  CHECK(entries[0].ended == std::chrono::system_clock::time_point{});  // never ended: no time
+  CHECK_THAT(recorder.json("world#0", 0, 2), Catch::Contains("\"op\": \"" + entries[1].what + "\""));
+}
+
 TEST_CASE("the flight recorder escapes operation names in its JSON", "[flight]") {
   FlightRecorder recorder(2);
   recorder.queued("a \"quoted\" \\ name\n");

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -165,4 +167,25 @@ TEST_CASE("a machine hwloc cannot read is reported unknown and nothing is kept",
   CHECK(failed.gpus.empty());
   CHECK(failed.describe().find("0 cores") == 0);
   CHECK(fds_after == fds);
+}
+
+// The selector remembers its answers for recent sizes: whatever the order of the calls (entries replaced, sizes
+// that share an entry), it answers what the cost model answered the first time it was asked.
+TEST_CASE("the selector's remembered choices are the cost model's", "[topo]") {
+  algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
+  model.net = {30, 1.0};
+  model.shm = {2, 20.0};
+  for (bool hierarchy : {false, true}) {
+    algo::AllreduceSelector selector(model, Layout::from_node_ids(nodes_of(3, 4), 5), hierarchy);
+    std::vector<size_t> sizes;
+    for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes = bytes * 3 / 2 + 1) sizes.push_back(bytes);
+    std::vector<algo::Algorithm> first;
+    for (size_t bytes : sizes) first.push_back(selector.choose(bytes));  // each size new: the model's answer
+    CHECK(std::set<algo::Algorithm>(first.begin(), first.end()).size() >= 2);  // crossovers inside the range
+    std::mt19937 rng(3);
+    for (int i = 0; i < 20000; ++i) {
+      const size_t k = rng() % sizes.size();
+      REQUIRE(selector.choose(sizes[k]) == first[k]);
+    }
+  }
 }

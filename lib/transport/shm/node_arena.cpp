@@ -43,6 +43,8 @@ uint64_t* NodeArena::flag(FlagKind kind, int slot, int owner) const {
   return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(segment_.data()) + index * kLine);
 }
 
+size_t NodeArena::flag_payload_bytes() const { return kLine - kFlagPayloadOffset; }
+
 uint8_t* NodeArena::area(int slot, int owner) const {
   return static_cast<uint8_t*>(segment_.data()) + header_bytes(local_size_, slots_) +
          (static_cast<size_t>(slot % slots_) * local_size_ + owner) * area_bytes_;

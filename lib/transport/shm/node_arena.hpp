@@ -28,6 +28,7 @@ class NodeArena final : public PeerMemory {
   size_t area_bytes() const override { return area_bytes_; }
   uint8_t* area(int slot, int owner) const override;
   uint64_t* flag(FlagKind kind, int slot, int owner) const override;
+  size_t flag_payload_bytes() const override;
 
  private:
   NodeArena(ShmSegment segment, int local_rank, int local_size, int slots, size_t area_bytes);
