@@ -5,7 +5,10 @@
 namespace hiercoll::transport {
 
 namespace {
-constexpr size_t kLine = 64;  // one flag per cache line: ranks spinning on different flags never share a line
+// One flag per two cache lines: ranks spinning on different flags never share a line, and a flag carries up to
+// 96 bytes of payload (PeerMemory::flag_payload) in lines the CPU's adjacent-line prefetch moves together. 2 ranks,
+// 64 B allreduce: 0.24 us with 64-byte flags (the data in an area), 0.20 with these (7 alternated runs each).
+constexpr size_t kLine = 128;
 }  // namespace
 
 size_t NodeArena::header_bytes(int local_size, int slots) {

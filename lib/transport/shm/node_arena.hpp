@@ -1,7 +1,7 @@
 #pragma once
 // NodeArena: one shared-memory segment per node through which its local ranks exchange host data.
 //
-// Layout: a header of flags (one cache line each, by owner, kind and slot), then slots x local_size data areas
+// Layout: a header of flags (128 bytes each, by owner, kind and slot), then slots x local_size data areas
 // of `area_bytes` each. The segment is zero-filled when made, so every flag starts at generation 0.
 #include <cstdint>
 #include <memory>
