@@ -122,4 +122,13 @@ inline bool one_shot_allreduce(const Hierarchy& h, const NodeMemory& m, size_t b
   return h.rail.size() <= 1 && m.peers != nullptr && bytes <= std::min(kOneShotBytes, m.peers->area_bytes());
 }
 
+/// Up to this size a blocking caller may run a one-node allreduce itself (engine: HIERCOLL_CALLER_THREAD).
+inline constexpr size_t kCallerRunBytes = 1 << 20;
+
+/// Whether the hierarchical allreduce of `bytes` touches peer memory only (one node): it needs no channel and no
+/// network stage, so any thread may run it.
+inline bool node_only_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
+  return h.rail.size() <= 1 && m.peers != nullptr && bytes <= kCallerRunBytes;
+}
+
 }  // namespace hiercoll::algo

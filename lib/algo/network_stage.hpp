@@ -20,6 +20,7 @@
 #include "algo/background.hpp"
 #include "algo/channel.hpp"
 #include "device/queue.hpp"
+#include "hiercoll/errors.hpp"
 
 namespace hiercoll::algo {
 
@@ -58,6 +59,13 @@ class InlineStage final : public NetworkStage {
  private:
   Channel& ch_;
   size_t handed_ = 0, taken_ = 0;
+};
+
+/// For a schedule that has no inter-node phase (one node): any hand-over is a bug.
+class NoNetworkStage final : public NetworkStage {
+ public:
+  void hand_over(Job) override { throw InternalError("a one-node schedule handed over a network phase"); }
+  void take_back() override { throw InternalError("a one-node schedule took back a network phase"); }
 };
 
 class DeferredStage final : public NetworkStage {

@@ -183,7 +183,7 @@ void describe_into(std::string& out, const CollectiveName& name) {
   out.append(" [").append(algo::to_string(name.algorithm)).append(name.on_device ? ", device]" : "]");
 }
 
-std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm) {
+std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm, bool one_shot) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
   // names and completion state that carry it across cost more than the allreduce itself: 4 ranks on 2 cores,
   // 8 B (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
@@ -205,7 +205,13 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   try {
     // Named only if it fails (below).
     const device::WaitContext wait{now + timeout(), &aborted_, std::string()};
-    algo::allreduce_one_shot(host_memory_, wait, c.in, c.out, c.count, c.type, c.op, size_);
+    if (one_shot) {
+      algo::allreduce_one_shot(host_memory_, wait, c.in, c.out, c.count, c.type, c.op, size_);
+    } else {
+      algo::NoNetworkStage no_network;
+      algo::allreduce_hier(algo::Issue{wait, size_}, hierarchy_, host_memory_, no_network, c.in, c.out, c.count,
+                           c.type, c.op, algo::InterNode::kRail);
+    }
   } catch (const Error& e) {
     failure = base::Failure::of(e);
   } catch (const std::exception& e) {
@@ -215,7 +221,10 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   Work work;  // finished: a Work without state
   if (failure) {
     const std::string what = describe(c, algorithm, false);
-    failure->message = what + " (rank " + std::to_string(rank_) + ") " + algo::kOneShotPhase + failure->message;
+    // The one-shot's wait is unnamed; the others' waits name their phase (Issue::wait).
+    failure->message =
+        what + " (rank " + std::to_string(rank_) + ")" + (one_shot ? std::string(" ") + algo::kOneShotPhase : "") +
+        failure->message;
     fail(*failure, what, true);
     auto state = std::make_shared<WorkState>();
     state->finish(failure);
@@ -237,8 +246,9 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const size_t bytes = std::max(buffers.in_bytes, buffers.out_bytes);
   const algo::Algorithm algorithm = selector_->choose(c.kind, bytes, device >= 0);
   if (device < 0 && c.kind == algo::Kind::kAllreduce && algorithm == algo::Algorithm::kHierarchical &&
-      algo::one_shot_allreduce(hierarchy_, host_memory_, bytes)) {
-    if (std::optional<Work> done = run_here(c, algorithm)) return *std::move(done);
+      algo::node_only_allreduce(hierarchy_, host_memory_, bytes)) {
+    const bool one_shot = algo::one_shot_allreduce(hierarchy_, host_memory_, bytes);
+    if (std::optional<Work> done = run_here(c, algorithm, one_shot)) return *std::move(done);
   }
   std::string what = describe(c, algorithm, device >= 0);
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),

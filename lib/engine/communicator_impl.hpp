@@ -121,9 +121,10 @@ class CommunicatorImpl {
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);
-  /// A small allreduce within one node, on the caller's thread (collective.cpp): if the progress thread is idle
-  /// with nothing queued, runs it now and returns its finished Work; otherwise nullopt, and it is enqueued.
-  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
+  /// A one-node allreduce of host buffers up to 1 MB (`one_shot`: one flag round), on the caller's thread
+  /// (collective.cpp): if the progress thread is idle with nothing queued, runs it now and returns its finished
+  /// Work; otherwise nullopt, and it is enqueued.
+  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm, bool one_shot);
   /// After operation `what` failed with `failure`: later operations fail with it (a PeerLostError stays one);
   /// pending requests are cancelled.
   void break_on(const std::string& what, const base::Failure& failure);
