@@ -116,19 +116,16 @@ inline bool single_piece(const NodeMemory& m, size_t bytes) {
 /// The one flag round's name in errors ("<operation> intra-node exchange: local rank 2 never reached ...").
 inline constexpr const char* kOneShotPhase = "intra-node exchange";
 
+/// Whether the hierarchical allreduce touches peer memory only (one node, with local peers): it needs no channel and
+/// no network stage, so any thread may run it.
+inline bool node_only_allreduce(const Hierarchy& h, const NodeMemory& m) {
+  return h.rail.size() <= 1 && m.peers != nullptr;
+}
+
 /// Whether the hierarchical allreduce of `bytes` is one flag round in peer memory: one node, and small enough.
 /// It then uses no network endpoint and no helper thread.
 inline bool one_shot_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
-  return h.rail.size() <= 1 && m.peers != nullptr && bytes <= std::min(kOneShotBytes, m.peers->area_bytes());
-}
-
-/// Up to this size a blocking caller may run a one-node allreduce itself (engine: HIERCOLL_CALLER_THREAD).
-inline constexpr size_t kCallerRunBytes = 1 << 20;
-
-/// Whether the hierarchical allreduce of `bytes` touches peer memory only (one node): it needs no channel and no
-/// network stage, so any thread may run it.
-inline bool node_only_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
-  return h.rail.size() <= 1 && m.peers != nullptr && bytes <= kCallerRunBytes;
+  return node_only_allreduce(h, m) && bytes <= std::min(kOneShotBytes, m.peers->area_bytes());
 }
 
 }  // namespace hiercoll::algo

@@ -143,6 +143,11 @@ bool has_op(algo::Kind kind) {
   return kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce;
 }
 
+// Up to this size a one-node allreduce of host buffers may run on its caller's thread (run_here), which then does not
+// return before it ends. At 1 MB the hand-off it saves was already lost in the noise (docs/design.md); beyond it the
+// caller keeps its overlap.
+constexpr size_t kCallerRunBytes = size_t{1} << 20;
+
 CollectiveName name_of(const Collective& c, algo::Algorithm algorithm, bool on_device) {
   return CollectiveName{c.kind, c.count, c.type, c.op, c.root, algorithm, on_device};
 }
@@ -247,7 +252,7 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const size_t bytes = std::max(buffers.in_bytes, buffers.out_bytes);
   const algo::Algorithm algorithm = selector_->choose(c.kind, bytes, device >= 0);
   if (device < 0 && c.kind == algo::Kind::kAllreduce && algorithm == algo::Algorithm::kHierarchical &&
-      algo::node_only_allreduce(hierarchy_, host_memory_, bytes)) {
+      bytes <= kCallerRunBytes && algo::node_only_allreduce(hierarchy_, host_memory_)) {
     const bool one_shot = algo::one_shot_allreduce(hierarchy_, host_memory_, bytes);
     if (std::optional<Work> done = run_here(c, algorithm, one_shot)) return *std::move(done);
   }

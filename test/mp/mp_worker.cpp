@@ -377,7 +377,7 @@ void run_mixed_paths(Communicator& comm) {
     const DataType type = round % 3 == 0 ? DataType::kBFloat16 : DataType::kFloat32;
     const ReduceOp op = round % 2 ? ReduceOp::kSum : ReduceOp::kMax;
     Buffer big_in = make_input(r, big, type, op, seed), big_out(big * dtype_size(type));
-    Buffer small_a = make_input(r, small, type, op, seed + 1), small_b = make_input(r, medium, type, op, seed + 2);
+    Buffer small_a = make_input(r, small, type, op, seed + 1), medium_in = make_input(r, medium, type, op, seed + 2);
     const int root = round % n;
     Buffer cast =
         r == root ? make_input(root, small, type, ReduceOp::kSum, seed + 3) : Buffer(small * dtype_size(type));
@@ -385,7 +385,7 @@ void run_mixed_paths(Communicator& comm) {
     if ((round + r) % 2 == 0) first.wait();
     Work second = comm.allreduce(small_a.data(), small_a.data(), small, type, op);
     Work third = comm.broadcast(cast.data(), cast.data(), small, type, root);
-    Work fourth = comm.allreduce(small_b.data(), small_b.data(), medium, type, op);
+    Work fourth = comm.allreduce(medium_in.data(), medium_in.data(), medium, type, op);
     for (const Work& w : {first, second, third, fourth}) w.wait();
     const std::string what = "mixed round " + std::to_string(round);
     for (size_t i = 0; i < big; ++i)
@@ -395,7 +395,7 @@ void run_mixed_paths(Communicator& comm) {
                    hiercoll::test::reference_value(n, i, type, op, seed + 1));
     }
     for (size_t i = 0; i < medium; ++i) {
-      expect_equal(what + " medium", type, op, small_b.data(), i,
+      expect_equal(what + " medium", type, op, medium_in.data(), i,
                    hiercoll::test::reference_value(n, i, type, op, seed + 2));
     }
     Buffer want = make_input(root, small, type, ReduceOp::kSum, seed + 3);
