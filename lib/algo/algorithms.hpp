@@ -41,6 +41,9 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& memory, const void* in,
                          DataType type, ReduceOp op);
 void allgather_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t send_count,
                     DataType type);
+/// Broadcast of `bytes` from local rank `root` when the whole group is one node: the root stages its data in its
+/// area, round by round, and the others copy it out (a few bytes ride in the root's flag).
+void broadcast_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t bytes, int root);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.

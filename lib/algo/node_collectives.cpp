@@ -1,4 +1,4 @@
-// Reduce-scatter and allgather among the ranks of one node, through its peer memory (shared memory for host
+// Reduce-scatter, allgather and broadcast among the ranks of one node, through its peer memory (shared memory for host
 // buffers, CUDA IPC for device buffers): every rank reads the others' data directly instead of passing it
 // round a ring. Used when the whole communicator is one node; their rounds (node_reduce_round, node_gather_round)
 // are also the intra-node phases of the hierarchical allreduce.
@@ -39,7 +39,7 @@ void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uin
 namespace {
 
 // node_signature kinds (the hierarchical allreduce is 0).
-enum NodeOp : uint64_t { kNodeReduceScatter = 1, kNodeAllgather = 2 };
+enum NodeOp : uint64_t { kNodeReduceScatter = 1, kNodeAllgather = 2, kNodeBroadcast = 3 };
 
 // Elements per round and rank: `share` of the area, cut at whole cache lines so vector loads stay aligned.
 size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t elem) {
@@ -98,6 +98,44 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
                       type);
     // Our own block straight from the input (nothing to copy when in place).
     queue.copy(output + (static_cast<size_t>(me) * send_count + offset) * elem, input + offset * elem, n * elem);
+  }
+  m.pieces_done += rounds;
+}
+
+void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t bytes, int root) {
+  transport::PeerMemory& peers = *m.peers;
+  device::Queue& queue = *m.queue;
+  const int L = peers.local_size(), me = peers.local_rank();
+  auto* output = static_cast<uint8_t*>(out);
+  if (me == root) queue.copy(out, in, bytes);
+  if (L == 1 || bytes == 0) return;
+  // The root too: ranks that disagree on it would each wait for data from a different rank.
+  const uint64_t signature =
+      node_signature(kNodeBroadcast, bytes, DataType::kUInt8, ReduceOp::kSum) ^ (static_cast<uint64_t>(root) << 58);
+  const device::WaitContext wait = issue.wait("intra-node broadcast");
+  if (bytes <= peers.flag_payload_bytes()) {
+    // A few bytes ride in the root's flag line: the wait that sees the flag has the data (allreduce_one_shot).
+    const NodeRound r = node_round(m, 0);
+    if (me == root) queue.copy(peers.flag_payload(transport::kFlagStaged, r.slot, root), in, bytes);
+    node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+    if (me != root) queue.copy(out, peers.flag_payload(transport::kFlagStaged, r.slot, root), bytes);
+    m.pieces_done += 1;
+    return;
+  }
+  // Rounds of a whole area: the root stages round t+1 while the others copy round t out (they signal round t+1
+  // only once they have, so the root's wait keeps it at most one round ahead, as the slot rotation needs).
+  Segments parts;
+  parts.offset.assign(static_cast<size_t>(L), 0);
+  parts.count.assign(static_cast<size_t>(L), 0);
+  const size_t q = peers.area_bytes();
+  const size_t rounds = (bytes + q - 1) / q;
+  for (size_t t = 0; t < rounds; ++t) {
+    const NodeRound r = node_round(m, t);
+    const size_t offset = t * q, n = std::min(q, bytes - offset);
+    if (me == root) queue.copy(peers.area(r.slot, root), static_cast<const uint8_t*>(in) + offset, n);
+    parts.count[static_cast<size_t>(root)] = n;
+    node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset, 0, me == root ? root : -1,
+                      DataType::kUInt8);
   }
   m.pieces_done += rounds;
 }

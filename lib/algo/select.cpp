@@ -207,6 +207,9 @@ Algorithm AllreduceSelector::choose(Kind kind, size_t bytes, bool device) const 
       // HIERCOLL_ALGO=ring|rd keeps them on the ring.
       return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() ? Algorithm::kNode : Algorithm::kRing;
     case Kind::kBroadcast:
+      // One node, host buffers: the others copy the root's data out of its area of peer memory.
+      return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() && !device ? Algorithm::kNode
+                                                                                       : Algorithm::kChain;
     case Kind::kReduce: return Algorithm::kChain;
     case Kind::kAlltoall: return Algorithm::kPairwise;
     case Kind::kBarrier: return Algorithm::kDissemination;

@@ -143,8 +143,8 @@ bool has_op(algo::Kind kind) {
   return kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce;
 }
 
-// Up to this size a one-node allreduce of host buffers may run on its caller's thread (run_here), which then does not
-// return before it ends. At 1 MB the hand-off it saves was already lost in the noise (docs/design.md); beyond it the
+// Up to this size a collective of host buffers in node memory only may run on its caller's thread (run_here), which
+// then does not return before it ends. At 1 MB the hand-off it saves was already lost in the noise (docs/design.md); beyond it the
 // caller keeps its overlap.
 constexpr size_t kCallerRunBytes = size_t{1} << 20;
 
@@ -188,7 +188,7 @@ void describe_into(std::string& out, const CollectiveName& name) {
   out.append(" [").append(algo::to_string(name.algorithm)).append(name.on_device ? ", device]" : "]");
 }
 
-std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm, bool one_shot) {
+std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
   // names and completion state that carry it across cost more than the allreduce itself: 4 ranks on 2 cores,
   // 8 B (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
@@ -205,18 +205,33 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   // a quarter of a 2-rank 8 B allreduce here: 0.33 us with them, 0.25 with one precise read and no naming, 0.19-0.23
   // with coarse reads and the selector's memory too (medians of 7 alternated runs).
   const auto now = base::coarse_now();
+  const bool one_shot = c.kind == algo::Kind::kAllreduce &&
+                        algo::one_shot_allreduce(hierarchy_, host_memory_, c.count * dtype_size(c.type));
   const uint64_t seq = flight_.running(name_of(c, algorithm, false), now);
   ++sequence_;  // the channel numbering stays in step with ranks that run this operation on the progress thread
   std::optional<base::Failure> failure;
   try {
     // Named only if it fails (below).
     const device::WaitContext wait{now + timeout(), &aborted_, std::string()};
-    if (one_shot) {
-      algo::allreduce_one_shot(host_memory_, wait, c.in, c.out, c.count, c.type, c.op, size_);
-    } else {
-      algo::NoNetworkStage no_network;
-      algo::allreduce_hier(algo::Issue{wait, size_}, hierarchy_, host_memory_, no_network, c.in, c.out, c.count,
-                           c.type, c.op, algo::InterNode::kRail);
+    const algo::Issue issue{wait, size_};
+    switch (c.kind) {
+      case algo::Kind::kAllreduce:
+        if (one_shot) {
+          algo::allreduce_one_shot(host_memory_, wait, c.in, c.out, c.count, c.type, c.op, size_);
+        } else {
+          algo::NoNetworkStage no_network;
+          algo::allreduce_hier(issue, hierarchy_, host_memory_, no_network, c.in, c.out, c.count, c.type, c.op,
+                               algo::InterNode::kRail);
+        }
+        break;
+      case algo::Kind::kReduceScatter:
+        algo::reduce_scatter_node(issue, host_memory_, c.in, c.out, c.count, c.type, c.op);
+        break;
+      case algo::Kind::kAllgather: algo::allgather_node(issue, host_memory_, c.in, c.out, c.count, c.type); break;
+      case algo::Kind::kBroadcast:
+        algo::broadcast_node(issue, host_memory_, c.in, c.out, c.count * dtype_size(c.type), c.root);
+        break;
+      default: throw InternalError(std::string("run_here: ") + algo::to_string(c.kind) + " does not run in node memory");
     }
   } catch (const Error& e) {
     failure = base::Failure::of(e);
@@ -251,10 +266,12 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const int device = device_of(algo::to_string(c.kind), buffers);
   const size_t bytes = std::max(buffers.in_bytes, buffers.out_bytes);
   const algo::Algorithm algorithm = selector_->choose(c.kind, bytes, device >= 0);
-  if (device < 0 && c.kind == algo::Kind::kAllreduce && algorithm == algo::Algorithm::kHierarchical &&
-      bytes <= kCallerRunBytes && algo::node_only_allreduce(hierarchy_, host_memory_)) {
-    const bool one_shot = algo::one_shot_allreduce(hierarchy_, host_memory_, bytes);
-    if (std::optional<Work> done = run_here(c, algorithm, one_shot)) return *std::move(done);
+  // Host buffers in node memory only: a one-node allreduce, or the node reduce-scatter, allgather and broadcast.
+  const bool node_only = algorithm == algo::Algorithm::kNode ||
+                         (c.kind == algo::Kind::kAllreduce && algorithm == algo::Algorithm::kHierarchical &&
+                          algo::node_only_allreduce(hierarchy_, host_memory_));
+  if (device < 0 && bytes <= kCallerRunBytes && node_only) {
+    if (std::optional<Work> done = run_here(c, algorithm)) return *std::move(done);
   }
   std::string what = describe(c, algorithm, device >= 0);
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
@@ -334,6 +351,11 @@ Work CommunicatorImpl::collective(const Collective& c) {
             algo::reduce_scatter_node(issue, device_node_memory(issue, path), in, out, count, type, op);
             return nullptr;
           };
+      } else if (c.kind == algo::Kind::kBroadcast) {  // host buffers only (the selector's choice)
+        const size_t bytes_total = buffers.out_bytes;
+        host = [=](algo::Channel& ch, const void* from, void* to) {
+          algo::broadcast_node(algo::Issue::of(ch), *host_memory, from, to, bytes_total, root);
+        };
       } else {
         host = [=](algo::Channel& ch, const void* from, void* to) {
           algo::allgather_node(algo::Issue::of(ch), *host_memory, from, to, count, type);

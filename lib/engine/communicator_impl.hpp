@@ -121,10 +121,10 @@ class CommunicatorImpl {
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);
-  /// A one-node allreduce of host buffers up to 1 MB (`one_shot`: one flag round), on the caller's thread
-  /// (collective.cpp): if the progress thread is idle with nothing queued, runs it now and returns its finished
-  /// Work; otherwise nullopt, and it is enqueued.
-  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm, bool one_shot);
+  /// A collective of host buffers up to 1 MB that only node memory carries (a one-node allreduce, the node
+  /// reduce-scatter, allgather and broadcast), on the caller's thread (collective.cpp): if the progress thread is
+  /// idle with nothing queued, runs it now and returns its finished Work; otherwise nullopt, and it is enqueued.
+  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
   /// After operation `what` failed with `failure`: later operations fail with it (a PeerLostError stays one);
   /// pending requests are cancelled.
   void break_on(const std::string& what, const base::Failure& failure);

@@ -130,7 +130,8 @@ TEST_CASE("hierarchical allreduce on emulated node layouts equals the serial ref
   }
 }
 
-TEST_CASE("node reduce-scatter and allgather through shared memory equal the serial reference", "[inproc][hier]") {
+TEST_CASE("node reduce-scatter, allgather and broadcast through shared memory equal the serial reference",
+          "[inproc][hier]") {
   for (int local : {1, 2, 3, 4, 8}) {
     const std::vector<int> node_of(static_cast<size_t>(local), 0);
     EmulatedNodes nodes(node_of, /*area_bytes=*/512, /*small_message_bytes=*/0);
@@ -138,6 +139,10 @@ TEST_CASE("node reduce-scatter and allgather through shared memory equal the ser
       const size_t total = block * static_cast<size_t>(local);
       INFO("local ranks " << local << ", block " << block);
       std::vector<std::vector<float>> scattered(static_cast<size_t>(local)), gathered(static_cast<size_t>(local));
+      // [rank][root]: a broadcast of `total` floats (several rounds at block 300; in the flag's line at a few) and
+      // one of 5 (always in the flag's line), every rank root in turn; the root's own in place.
+      const size_t L = static_cast<size_t>(local);
+      std::vector<std::vector<std::vector<float>>> whole(L, std::vector<std::vector<float>>(L)), few = whole;
       auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
         const size_t r = static_cast<size_t>(ch.rank());
         std::vector<float> in(total);
@@ -148,6 +153,17 @@ TEST_CASE("node reduce-scatter and allgather through shared memory equal the ser
         gathered[r].assign(total, -99.f);
         algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data() + r * block, gathered[r].data(), block,
                              DataType::kFloat32);
+        for (int root = 0; root < local; ++root) {
+          std::vector<float>& all = whole[r][static_cast<size_t>(root)];
+          all.assign(total, -99.f);
+          if (ch.rank() == root) all = in;
+          algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], all.data(), all.data(), total * sizeof(float),
+                               root);
+          std::vector<float>& some = few[r][static_cast<size_t>(root)];
+          some.assign(5, -99.f);
+          algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data() + (total > 5 ? 1 : 0), some.data(),
+                               std::min<size_t>(5, total) * sizeof(float), root);
+        }
       });
       require_all_ok(results);
       for (int r = 0; r < local; ++r) {
@@ -156,6 +172,13 @@ TEST_CASE("node reduce-scatter and allgather through shared memory equal the ser
           REQUIRE(scattered[rr][i] == reduced_input(local, rr * block + i, ReduceOp::kSum));
         }
         for (size_t i = 0; i < total; ++i) REQUIRE(gathered[rr][i] == input(static_cast<int>(i / block), i));
+        for (int root = 0; root < local; ++root) {
+          const size_t at = total > 5 ? 1 : 0;
+          for (size_t i = 0; i < total; ++i) REQUIRE(whole[rr][static_cast<size_t>(root)][i] == input(root, i));
+          for (size_t i = 0; i < 5; ++i) {
+            REQUIRE(few[rr][static_cast<size_t>(root)][i] == (i < std::min<size_t>(5, total) ? input(root, at + i) : -99.f));
+          }
+        }
       }
     }
   }

@@ -262,7 +262,7 @@ TEST_CASE("a rank killed in a small one-node allreduce (run on the callers' thre
   }
 }
 
-TEST_CASE("small one-node allreduces equal the serial reference whether callers or the progress thread run them",
+TEST_CASE("one-node collectives equal the serial reference whether callers or the progress thread run them",
           "[mp][allreduce]") {
   std::string caller_thread = GENERATE(std::string("1"), std::string("0"));
   INFO("HIERCOLL_CALLER_THREAD=" << caller_thread);

@@ -365,10 +365,10 @@ void run_die_timed(Communicator& comm) {
 // One-node allreduces up to 1 MB run on the caller's thread when the communicator has nothing queued, and on the
 // progress thread behind queued work otherwise; which one depends on each rank's own queue, so ranks mix the two
 // within one operation. Here every rank issues rounds of [a large allreduce (1.2 MB in float32, beyond the caller's
-// limit; 600 KB in bfloat16, within it), a small one (one flag round), a broadcast (through the network endpoint,
-// whose tags count operations on both paths alike), a medium one (several rounds of the node reduce-scatter and
-// allgather)], waiting after the first operation on alternate rounds and ranks, and checks every result against the
-// serial reference.
+// limit; 600 KB in bfloat16, within it), a small one (one flag round), a broadcast (node memory too, either
+// thread), a medium allreduce (several rounds of the node reduce-scatter and allgather), a reduce (through the
+// network endpoint, whose tags count operations on both paths alike)], waiting after the first operation on
+// alternate rounds and ranks, and checks every result against the serial reference.
 void run_mixed_paths(Communicator& comm) {
   const int n = comm.size(), r = comm.rank();
   const size_t big = 300000, small = 7, medium = 90000;
@@ -386,7 +386,9 @@ void run_mixed_paths(Communicator& comm) {
     Work second = comm.allreduce(small_a.data(), small_a.data(), small, type, op);
     Work third = comm.broadcast(cast.data(), cast.data(), small, type, root);
     Work fourth = comm.allreduce(medium_in.data(), medium_in.data(), medium, type, op);
-    for (const Work& w : {first, second, third, fourth}) w.wait();
+    Buffer reduce_in = make_input(r, small, type, op, seed + 4), reduced(small * dtype_size(type));
+    Work fifth = comm.reduce(reduce_in.data(), reduced.data(), small, type, op, root);
+    for (const Work& w : {first, second, third, fourth, fifth}) w.wait();
     const std::string what = "mixed round " + std::to_string(round);
     for (size_t i = 0; i < big; ++i)
       expect_equal(what + " large", type, op, big_out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
@@ -397,6 +399,12 @@ void run_mixed_paths(Communicator& comm) {
     for (size_t i = 0; i < medium; ++i) {
       expect_equal(what + " medium", type, op, medium_in.data(), i,
                    hiercoll::test::reference_value(n, i, type, op, seed + 2));
+    }
+    if (r == root) {
+      for (size_t i = 0; i < small; ++i) {
+        expect_equal(what + " reduce", type, op, reduced.data(), i,
+                     hiercoll::test::reference_value(n, i, type, op, seed + 4));
+      }
     }
     Buffer want = make_input(root, small, type, ReduceOp::kSum, seed + 3);
     for (size_t i = 0; i < small; ++i)
