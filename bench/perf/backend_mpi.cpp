@@ -3,6 +3,9 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "backend.hpp"
 #include "hiercoll/errors.hpp"
 
@@ -46,12 +49,23 @@ class MpiBackend final : public Backend {
     MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, static_cast<int>(count), mpi_type(type), mpi_op(op),
                   MPI_COMM_WORLD);
   }
+  // In place, our output is the rank's block of the input (as NCCL's); MPI forbids aliased buffers (Intel MPI and
+  // MPICH check) and wants MPI_IN_PLACE instead, which for reduce-scatter leaves the result at the buffer's start.
   void reduce_scatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
+    const size_t block = count * dtype_size(type);
+    auto* base = static_cast<uint8_t*>(const_cast<void*>(in));
+    if (out == base + static_cast<size_t>(rank_) * block) {
+      MPI_Reduce_scatter_block(MPI_IN_PLACE, base, static_cast<int>(count), mpi_type(type), mpi_op(op),
+                               MPI_COMM_WORLD);
+      if (rank_ != 0) std::memmove(out, base, block);
+      return;
+    }
     MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(type), mpi_op(op), MPI_COMM_WORLD);
   }
   void allgather(const void* in, void* out, size_t count, DataType type) override {
-    MPI_Allgather(in, static_cast<int>(count), mpi_type(type), out, static_cast<int>(count), mpi_type(type),
-                  MPI_COMM_WORLD);
+    const bool in_place = in == static_cast<uint8_t*>(out) + static_cast<size_t>(rank_) * count * dtype_size(type);
+    MPI_Allgather(in_place ? MPI_IN_PLACE : in, static_cast<int>(count), mpi_type(type), out, static_cast<int>(count),
+                  mpi_type(type), MPI_COMM_WORLD);
   }
   void broadcast(void* buffer, size_t count, DataType type, int root) override {
     MPI_Bcast(buffer, static_cast<int>(count), mpi_type(type), root, MPI_COMM_WORLD);

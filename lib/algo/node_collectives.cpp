@@ -60,6 +60,21 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void
   auto* output = static_cast<uint8_t*>(out);
   const uint64_t signature = node_signature(kNodeReduceScatter, recv_count, type, op);
   const device::WaitContext wait = issue.wait("intra-node reduce-scatter");
+  if (recv_count > 0 && static_cast<size_t>(L) * recv_count * elem <= peers.flag_payload_bytes()) {
+    // The whole input rides in this rank's flag line (allreduce_one_shot): one transfer per peer, no area.
+    const NodeRound r = node_round(m, 0);
+    const size_t block = recv_count * elem;
+    queue.copy(peers.flag_payload(transport::kFlagStaged, r.slot, me), input, static_cast<size_t>(L) * block);
+    node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+    m.sources.resize(static_cast<size_t>(L));
+    for (int k = 0; k < L; ++k) {
+      m.sources[k] = peers.flag_payload(transport::kFlagStaged, r.slot, k) + static_cast<size_t>(me) * block;
+    }
+    queue.reduce(output, m.sources.data(), L, recv_count, type, partial);
+    if (op == ReduceOp::kAvg) queue.divide(output, recv_count, type, L);
+    m.pieces_done += 1;
+    return;
+  }
   const size_t rounds = (recv_count + q - 1) / q;
   for (size_t t = 0; t < rounds; ++t) {
     const NodeRound r = node_round(m, t);
@@ -88,6 +103,18 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   parts.offset.assign(static_cast<size_t>(L), 0);
   const uint64_t signature = node_signature(kNodeAllgather, send_count, type, ReduceOp::kSum);
   const device::WaitContext wait = issue.wait("intra-node allgather");
+  const size_t block = send_count * elem;
+  if (send_count > 0 && block <= peers.flag_payload_bytes()) {  // in the flag lines, as in reduce_scatter_node
+    const NodeRound r = node_round(m, 0);
+    queue.copy(peers.flag_payload(transport::kFlagStaged, r.slot, me), input, block);
+    node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+    for (int k = 0; k < L; ++k) {
+      const uint8_t* from = k == me ? input : peers.flag_payload(transport::kFlagStaged, r.slot, k);
+      queue.copy(output + static_cast<size_t>(k) * block, from, block);
+    }
+    m.pieces_done += 1;
+    return;
+  }
   const size_t rounds = (send_count + q - 1) / q;
   for (size_t t = 0; t < rounds; ++t) {
     const NodeRound r = node_round(m, t);
