@@ -130,7 +130,7 @@ TEST_CASE("hierarchical allreduce on emulated node layouts equals the serial ref
   }
 }
 
-TEST_CASE("node reduce-scatter, allgather and broadcast through shared memory equal the serial reference",
+TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through shared memory equal the serial reference",
           "[inproc][hier]") {
   for (int local : {1, 2, 3, 4, 8}) {
     const std::vector<int> node_of(static_cast<size_t>(local), 0);
@@ -143,6 +143,7 @@ TEST_CASE("node reduce-scatter, allgather and broadcast through shared memory eq
       // one of 5 (always in the flag's line), every rank root in turn; the root's own in place.
       const size_t L = static_cast<size_t>(local);
       std::vector<std::vector<std::vector<float>>> whole(L, std::vector<std::vector<float>>(L)), few = whole;
+      std::vector<std::vector<float>> summed(L);
       auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
         const size_t r = static_cast<size_t>(ch.rank());
         std::vector<float> in(total);
@@ -153,6 +154,10 @@ TEST_CASE("node reduce-scatter, allgather and broadcast through shared memory eq
         gathered[r].assign(total, -99.f);
         algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data() + r * block, gathered[r].data(), block,
                              DataType::kFloat32);
+        // A pipelined allreduce (many pieces at block 300) just before the broadcasts, whose root stages a round
+        // while others may still be reading the allreduce's last pieces.
+        summed[r].assign(total, -99.f);
+        nodes.allreduce(ch, in.data(), summed[r].data(), total, DataType::kFloat32, ReduceOp::kSum);
         for (int root = 0; root < local; ++root) {
           std::vector<float>& all = whole[r][static_cast<size_t>(root)];
           all.assign(total, -99.f);
@@ -172,6 +177,7 @@ TEST_CASE("node reduce-scatter, allgather and broadcast through shared memory eq
           REQUIRE(scattered[rr][i] == reduced_input(local, rr * block + i, ReduceOp::kSum));
         }
         for (size_t i = 0; i < total; ++i) REQUIRE(gathered[rr][i] == input(static_cast<int>(i / block), i));
+        for (size_t i = 0; i < total; ++i) REQUIRE(summed[rr][i] == reduced_input(local, i, ReduceOp::kSum));
         for (int root = 0; root < local; ++root) {
           const size_t at = total > 5 ? 1 : 0;
           for (size_t i = 0; i < total; ++i) REQUIRE(whole[rr][static_cast<size_t>(root)][i] == input(root, i));
