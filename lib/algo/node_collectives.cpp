@@ -137,7 +137,8 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   auto* output = static_cast<uint8_t*>(out);
   if (me == root) queue.copy(out, in, bytes);
   if (L == 1 || bytes == 0) return;
-  // The root too: ranks that disagree on it would each wait for data from a different rank.
+  // The root too: a rank that names another rank the root fails at that rank's flag. (Ranks that each name
+  // themselves all finish, since a root waits for no one's data: docs/reliability.md.)
   const uint64_t signature =
       node_signature(kNodeBroadcast, bytes, DataType::kUInt8, ReduceOp::kSum) ^ (static_cast<uint64_t>(root) << 58);
   const device::WaitContext wait = issue.wait("intra-node broadcast");
