@@ -1,5 +1,6 @@
 #include "launcher.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -63,6 +64,36 @@ uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// A port free where rank 0 will listen: inside its node's network namespace when it has one, since each
+// namespace has ports of its own and one free here may be taken there (a benchmark's store once found its port
+// held in hc0 just after another MPI's launcher ran there). Found by a child that joins the namespace; where that
+// fails, a port free here.
+uint16_t free_port_in(const std::string& netns) {
+  if (netns.empty()) return free_port();
+  const std::string path = "/var/run/netns/" + netns;
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return free_port();
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    uint16_t port = 0;
+    const int ns = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns >= 0 && setns(ns, CLONE_NEWNET) == 0) port = free_port();
+    (void)!write(pipe_fds[1], &port, sizeof(port));
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  uint16_t port = 0;
+  if (child < 0 || read(pipe_fds[0], &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port))) port = 0;
+  close(pipe_fds[0]);
+  if (child > 0) waitpid(child, nullptr, 0);
+  return port != 0 ? port : free_port();
+}
+
+}  // namespace
+
 std::vector<int> regular_nodes(int nodes, int per_node) {
   std::vector<int> node_of;
   for (int n = 0; n < nodes; ++n) node_of.insert(node_of.end(), static_cast<size_t>(per_node), n);
@@ -74,7 +105,10 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
   std::string dir = make_temp_dir();
   // A file store cannot cross namespaces' network, but it can cross their (shared) file system; a TCP
   // store in namespaces must listen on rank 0's node address.
-  std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(options.store_port ? options.store_port : free_port())
+  const std::string first_netns = !options.netns_prefix.empty() && !options.node_of.empty()
+                                      ? options.netns_prefix + std::to_string(options.node_of[0])
+                                      : std::string();
+  std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(options.store_port ? options.store_port : free_port_in(first_netns))
                                         : "file://" + dir + "/store";
   // A secret of this job for the TCP store (HIERCOLL_JOB_TOKEN): a stray client or another job's rank is dropped.
   std::string token;
