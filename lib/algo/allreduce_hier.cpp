@@ -59,8 +59,7 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
     // reading an area would be a second transfer of a line the owner just wrote (2 ranks, 8 B: two of the four
     // transfers a call makes).
     const int L = peers.local_size();
-    m.queue->copy(peers.flag_payload(transport::kFlagStaged, r.slot, peers.local_rank()), in, bytes);
-    node_sync(m, transport::kFlagStaged, r.slot, r.generation, node_signature(0, count, type, op), wait, m.flags);
+    node_flag_round(m, r, node_signature(0, count, type, op), wait, in, bytes);
     m.sources.resize(static_cast<size_t>(L));
     for (int k = 0; k < L; ++k) m.sources[k] = peers.flag_payload(transport::kFlagStaged, r.slot, k);
     m.queue->reduce(out, m.sources.data(), L, count, type, partial);

@@ -67,6 +67,16 @@ inline NodeRound node_round(const NodeMemory& m, size_t t) {
   return {static_cast<int>((m.pieces_done + t) % kHierBufferSets), m.pieces_done + t + 1};
 }
 
+/// A round through the flags' own lines, for data of at most peers->flag_payload_bytes(): stages `bytes` of `in`
+/// in this rank's staged flag line of round `r`, then node_sync (with `signature`). Rank k's data is then at
+/// peers->flag_payload(kFlagStaged, r.slot, k): the line a peer's wait pulls over brings the data with it, one
+/// cache-line transfer per peer instead of two.
+inline void node_flag_round(NodeMemory& m, NodeRound r, uint64_t signature, const device::WaitContext& wait,
+                            const void* in, size_t bytes) {
+  m.queue->copy(m.peers->flag_payload(transport::kFlagStaged, r.slot, m.peers->local_rank()), in, bytes);
+  node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+}
+
 /// The reduce half of a node reduce-scatter round. This rank has staged its part of round `r` in its area; signals
 /// that (with `signature`), waits for every local rank's, then reduces elements [at, at + n) of all L areas into
 /// `out`, in local-rank order so every rank's result has the same bits. `own`: this rank's source for those

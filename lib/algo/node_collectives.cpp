@@ -1,6 +1,6 @@
-// Reduce-scatter, allgather and broadcast among the ranks of one node, through its peer memory (shared memory for host
-// buffers, CUDA IPC for device buffers): every rank reads the others' data directly instead of passing it
-// round a ring. Used when the whole communicator is one node; their rounds (node_reduce_round, node_gather_round)
+// Reduce-scatter, allgather and broadcast among the ranks of one node, through its peer memory (shared memory for
+// host buffers, CUDA IPC for device buffers; broadcast on host buffers only): every rank reads the others' data
+// directly instead of passing it round a ring. Used when the whole communicator is one node; their rounds (node_reduce_round, node_gather_round)
 // are also the intra-node phases of the hierarchical allreduce.
 //
 // Both go in rounds. A round stages this rank's part in its area of the round's slot; once every local rank has
@@ -64,8 +64,7 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void
     // The whole input rides in this rank's flag line (allreduce_one_shot): one transfer per peer, no area.
     const NodeRound r = node_round(m, 0);
     const size_t block = recv_count * elem;
-    queue.copy(peers.flag_payload(transport::kFlagStaged, r.slot, me), input, static_cast<size_t>(L) * block);
-    node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+    node_flag_round(m, r, signature, wait, input, static_cast<size_t>(L) * block);
     m.sources.resize(static_cast<size_t>(L));
     for (int k = 0; k < L; ++k) {
       m.sources[k] = peers.flag_payload(transport::kFlagStaged, r.slot, k) + static_cast<size_t>(me) * block;
@@ -106,8 +105,7 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   const size_t block = send_count * elem;
   if (send_count > 0 && block <= peers.flag_payload_bytes()) {  // in the flag lines, as in reduce_scatter_node
     const NodeRound r = node_round(m, 0);
-    queue.copy(peers.flag_payload(transport::kFlagStaged, r.slot, me), input, block);
-    node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
+    node_flag_round(m, r, signature, wait, input, block);
     for (int k = 0; k < L; ++k) {
       const uint8_t* from = k == me ? input : peers.flag_payload(transport::kFlagStaged, r.slot, k);
       queue.copy(output + static_cast<size_t>(k) * block, from, block);

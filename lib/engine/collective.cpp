@@ -144,8 +144,8 @@ bool has_op(algo::Kind kind) {
 }
 
 // Up to this size a collective of host buffers in node memory only may run on its caller's thread (run_here), which
-// then does not return before it ends. At 1 MB the hand-off it saves was already lost in the noise (docs/design.md); beyond it the
-// caller keeps its overlap.
+// then does not return before it ends. At 1 MB the hand-off it saves was already lost in the noise
+// (docs/design.md); beyond it the caller keeps its overlap.
 constexpr size_t kCallerRunBytes = size_t{1} << 20;
 
 CollectiveName name_of(const Collective& c, algo::Algorithm algorithm, bool on_device) {
@@ -231,7 +231,8 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
       case algo::Kind::kBroadcast:
         algo::broadcast_node(issue, host_memory_, c.in, c.out, c.count * dtype_size(c.type), c.root);
         break;
-      default: throw InternalError(std::string("run_here: ") + algo::to_string(c.kind) + " does not run in node memory");
+      default:
+        throw InternalError(std::string("run_here: ") + algo::to_string(c.kind) + " does not run in node memory");
     }
   } catch (const Error& e) {
     failure = base::Failure::of(e);

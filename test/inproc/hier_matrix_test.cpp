@@ -182,7 +182,8 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
           const size_t at = total > 5 ? 1 : 0;
           for (size_t i = 0; i < total; ++i) REQUIRE(whole[rr][static_cast<size_t>(root)][i] == input(root, i));
           for (size_t i = 0; i < 5; ++i) {
-            REQUIRE(few[rr][static_cast<size_t>(root)][i] == (i < std::min<size_t>(5, total) ? input(root, at + i) : -99.f));
+            const float expected = i < std::min<size_t>(5, total) ? input(root, at + i) : -99.f;
+            REQUIRE(few[rr][static_cast<size_t>(root)][i] == expected);
           }
         }
       }

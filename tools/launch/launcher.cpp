@@ -92,6 +92,12 @@ uint16_t free_port_in(const std::string& netns) {
   return port != 0 ? port : free_port();
 }
 
+// The network namespace rank r runs in ("" for none): the prefix and its node's number.
+std::string netns_of(const LaunchOptions& options, int r) {
+  if (options.netns_prefix.empty() || r >= static_cast<int>(options.node_of.size())) return std::string();
+  return options.netns_prefix + std::to_string(options.node_of[r]);
+}
+
 }  // namespace
 
 std::vector<int> regular_nodes(int nodes, int per_node) {
@@ -105,11 +111,11 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
   std::string dir = make_temp_dir();
   // A file store cannot cross namespaces' network, but it can cross their (shared) file system; a TCP
   // store in namespaces must listen on rank 0's node address.
-  const std::string first_netns = !options.netns_prefix.empty() && !options.node_of.empty()
-                                      ? options.netns_prefix + std::to_string(options.node_of[0])
-                                      : std::string();
-  std::string store = options.tcp_store ? "tcp://" + options.store_host + ":" + std::to_string(options.store_port ? options.store_port : free_port_in(first_netns))
-                                        : "file://" + dir + "/store";
+  std::string store = "file://" + dir + "/store";
+  if (options.tcp_store) {
+    const uint16_t port = options.store_port ? options.store_port : free_port_in(netns_of(options, 0));
+    store = "tcp://" + options.store_host + ":" + std::to_string(port);
+  }
   // A secret of this job for the TCP store (HIERCOLL_JOB_TOKEN): a stray client or another job's rank is dropped.
   std::string token;
   std::random_device random;
@@ -157,9 +163,8 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
         for (const auto& [key, value] : extra->second) setenv(key.c_str(), value.c_str(), 1);
       }
       std::vector<char*> argv;
-      std::string netns;
-      if (!options.netns_prefix.empty() && r < static_cast<int>(options.node_of.size())) {
-        netns = options.netns_prefix + std::to_string(options.node_of[r]);
+      const std::string netns = netns_of(options, r);
+      if (!netns.empty()) {
         setenv("HIERCOLL_FABRIC_IFACE", "hcnic", 1);
         for (const char* word : {"ip", "netns", "exec"}) argv.push_back(const_cast<char*>(word));
         argv.push_back(const_cast<char*>(netns.c_str()));
