@@ -5,16 +5,27 @@ Hugging Face transformers (random weights, no download) sharded with plain DTens
     torchrun --nproc-per-node 2 examples/tp_decode/decode.py --backend hiercoll --hidden 1024
     # the compute-only bound: the same sharded model, rank 0 alone, collectives that do nothing
     python examples/tp_decode/decode.py --backend fake --ranks 2 --hidden 1024
+    # the lock-step bound: every rank at once, each with collectives that do nothing, meeting where the allreduces
+    # would in a spin barrier on shared memory (an allreduce that moves no data and costs nothing)
+    python examples/tp_decode/decode.py --backend fake --ranks 2 --lockstep --hidden 1024
 
 Per layer, q/k/v and gate/up are split column-wise and o/down row-wise (Megatron's layout): two allreduces of one
 token's hidden state per layer and token, 8 B .. 8 KB each. One thread per rank (the cores are the ranks'). Prints
 one JSON line: tokens/s of `generate` (greedy, KV cache) after a warm-up, and the tokens, which every backend that
 computes the sums must give alike.
+
+Ranks in lock step wait at every allreduce for the slowest one's compute since the last, so the no-op bound (one rank
+alone) is not reachable where compute times vary from call to call, as on a shared virtual machine; --lockstep
+measures what is.
 """
 import argparse
 import datetime
 import json
+import mmap
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -42,6 +53,48 @@ def shard(model, mesh):
     return model
 
 
+class LockstepBarrier:
+    """Ranks meet here where the allreduces would be, each spinning on shared memory until all have arrived: a
+    collective that moves no data and costs nothing, so a rank's time is its compute plus its waits for the others."""
+
+    def __init__(self, path, rank, size):
+        with open(path, "r+b") as f:
+            self.shm = mmap.mmap(f.fileno(), 8 * size)
+        self.arrived = torch.frombuffer(self.shm, dtype=torch.int64, count=size)  # calls each rank has begun
+        self.rank, self.size, self.calls = rank, size, 0
+
+    def __call__(self, *_):
+        self.calls += 1
+        self.arrived[self.rank] = self.calls
+        spins, since = 0, time.monotonic()
+        while int(self.arrived.min()) < self.calls:
+            spins += 1
+            if spins % 65536 == 0 and time.monotonic() - since > 300:
+                raise RuntimeError(f"lock-step rank {self.rank}: the other ranks did not reach call {self.calls} "
+                                   "in 300 s")
+
+    def close(self):
+        del self.arrived
+        self.shm.close()
+
+
+def run_lockstep(args):
+    """Starts one process per rank (this script, --lockstep-rank) on a fresh barrier; their exit status is ours."""
+    shared = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.NamedTemporaryFile(dir=shared, prefix="tp-decode-lockstep-") as f:
+        f.write(bytes(8 * args.ranks))
+        f.flush()
+        argv = [a for a in sys.argv[1:] if a != "--lockstep"]
+        ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--lockstep-rank", str(r),
+                                   "--lockstep-shm", f.name]) for r in range(args.ranks)]
+        while any(p.poll() is None for p in ranks):
+            if any(p.poll() not in (None, 0) for p in ranks):  # the others would spin out their 300 s
+                for p in ranks:
+                    p.kill()
+            time.sleep(0.1)
+    return max((p.returncode for p in ranks), key=abs)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="hiercoll")
@@ -53,12 +106,24 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true",
                         help="print torch.profiler's table of the timed generate (every rank): where a token's time goes")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="with --backend fake: run every rank at once, meeting in a barrier that costs nothing")
+    parser.add_argument("--lockstep-rank", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lockstep-shm", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.lockstep and args.backend != "fake":
+        parser.error("--lockstep needs --backend fake")
+    if args.lockstep:
+        sys.exit(run_lockstep(args))
     torch.set_num_threads(1)
 
+    barrier = None
     if args.backend == "fake":
         from torch.testing._internal.distributed.fake_pg import FakeStore
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=args.ranks)
+        fake_rank = args.lockstep_rank if args.lockstep_rank is not None else 0
+        dist.init_process_group("fake", store=FakeStore(), rank=fake_rank, world_size=args.ranks)
+        if args.lockstep_shm is not None:
+            barrier = LockstepBarrier(args.lockstep_shm, fake_rank, args.ranks)
     else:
         if args.backend == "hiercoll":
             import hiercoll_torch  # noqa: F401  (registers the backend)
@@ -66,12 +131,19 @@ def main():
     rank, size = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
     model = shard(build_model(args.hidden, args.layers, args.seed), mesh["tp"])
+    if barrier is not None:
+        for layer in model.model.layers:  # after each row-wise projection, where its output's allreduce is
+            layer.self_attn.o_proj.register_forward_hook(barrier)
+            layer.mlp.down_proj.register_forward_hook(barrier)
 
     generator = torch.Generator().manual_seed(args.seed + 1)
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=generator)
     with torch.inference_mode():
         model.generate(prompt, max_new_tokens=4, do_sample=False)  # warm-up: allocations, first calls
-        dist.barrier() if args.backend != "fake" else None
+        if args.backend != "fake":
+            dist.barrier()
+        elif barrier is not None:
+            barrier()
         profiler = None
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
@@ -87,10 +159,13 @@ def main():
             print(f"# rank {rank}, {args.backend}\n{table}", flush=True)
     tokens = output[0, args.prompt:].tolist()
     if rank == 0:
-        print(json.dumps({"summary": True, "backend": args.backend, "ranks": size, "hidden": args.hidden,
+        backend = "lockstep" if barrier is not None else args.backend
+        print(json.dumps({"summary": True, "backend": backend, "ranks": size, "hidden": args.hidden,
                           "layers": args.layers, "new_tokens": len(tokens), "seconds": round(seconds, 4),
                           "tokens_per_s": round(len(tokens) / seconds, 3), "tokens": tokens}), flush=True)
     dist.destroy_process_group()
+    if barrier is not None:
+        barrier.close()
 
 
 if __name__ == "__main__":
