@@ -71,6 +71,53 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
   m.pieces_done += 1;
 }
 
+namespace {
+
+void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+                      size_t count, DataType type, ReduceOp op, InterNode inter) {
+  // Latency-bound sizes across nodes: one message per node pair instead of one per rail. Every rail would carry
+  // a few bytes, and each message costs its receiver a wake-up where ranks share cores (2 nodes x 2 ranks on 2
+  // cores, 8 B: 47-66 us through the rails, 22 us for one rank per node). So local rank 0 alone crosses the network:
+  //   (1) every local rank stages its input (in its flag line, or its area) and signals; local rank 0 waits for
+  //       all and reduces them in local-rank order into `out` (the others read nothing, so they do not wait);
+  //   (2) local rank 0 allreduces `out` over its rail with the other nodes' local rank 0;
+  //   (3) it broadcasts the result to the node (broadcast_node, which the others wait in).
+  // Slot safety is the rotation's: local rank 0 reads round t before it signals round t+1, the broadcast, whose
+  // flag every other rank waits for before its round t+2.
+  transport::PeerMemory& peers = *m.peers;
+  const int L = peers.local_size(), l = peers.local_rank();
+  const size_t bytes = count * dtype_size(type);
+  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const uint64_t signature = node_signature(0, count, type, op);
+  const NodeRound r = node_round(m, 0);
+  const bool in_line = bytes <= peers.flag_payload_bytes();
+  auto staged = [&](int k) -> uint8_t* {
+    return in_line ? peers.flag_payload(transport::kFlagStaged, r.slot, k) : peers.area(r.slot, k);
+  };
+  if (l != 0) {
+    m.queue->copy(staged(l), in, bytes);
+    m.queue->signal(peers.flag(transport::kFlagStaged, r.slot, l), r.generation, signature);
+  } else {  // its own input is read where it is
+    node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, issue.wait("intra-node reduce"),
+              m.flags);
+    m.sources.resize(static_cast<size_t>(L));
+    for (int k = 0; k < L; ++k) m.sources[k] = k == 0 ? in : staged(k);
+    m.queue->reduce(out, m.sources.data(), L, count, type, partial);
+  }
+  m.pieces_done += 1;
+  if (l == 0) {
+    net.hand_over([&h, inter, out, count, type, op, partial, world = issue.world](Channel& ch) {
+      Channel rail = ch.subgroup(h.rail, h.node, 0);  // as a rank alone on its node does (allreduce_hier)
+      inter_node_allreduce(rail, h, inter, out, count, type, partial);
+      if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
+    });
+    net.take_back();
+  }
+  broadcast_node(issue, m, out, out, bytes, 0);
+}
+
+}  // namespace
+
 void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                     size_t count, DataType type, ReduceOp op, InterNode inter) {
   const size_t elem = dtype_size(type);
@@ -103,6 +150,9 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
 
   if (one_shot_allreduce(h, m, count * elem)) {
     return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, world);
+  }
+  if (leader_allreduce(h, m, count * elem)) {
+    return allreduce_leader(issue, h, m, net, in, out, count, type, op, inter);
   }
   // One node, host memory: a rank stages only the shards the others reduce and reads its own from its input, and
   // reduces its shard straight into its area, published as it is: per rank and piece, (L-1)/L of the piece staged

@@ -132,6 +132,17 @@ inline bool node_only_allreduce(const Hierarchy& h, const NodeMemory& m) {
   return h.rail.size() <= 1 && m.peers != nullptr;
 }
 
+/// Up to this size an allreduce across nodes sends one message per node pair, from local rank 0, instead of one per
+/// rail (allreduce_leader): below it a message's cost is its latency and its receiver's wake-up, not its bytes.
+inline constexpr size_t kLeaderBytes = 16 << 10;
+
+/// Whether the hierarchical allreduce of `bytes` goes through local rank 0 alone (allreduce_leader): several nodes,
+/// local peers, host memory, and small enough.
+inline bool leader_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
+  return h.rail.size() > 1 && m.peers != nullptr && m.network_staging[0] == nullptr && bytes > 0 &&
+         bytes <= std::min(kLeaderBytes, m.peers->area_bytes());
+}
+
 /// Whether the hierarchical allreduce of `bytes` is one flag round in peer memory: one node, and small enough.
 /// It then uses no network endpoint and no helper thread.
 inline bool one_shot_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
