@@ -44,12 +44,15 @@ def build_model(hidden, layers, seed):
     return LlamaForCausalLM(config).eval()
 
 
+# Each decoder layer's plan: the row-wise projections are where the allreduces are.
+PLAN = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel()}
+
+
 def shard(model, mesh):
-    plan = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
-            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel()}
     for layer in model.model.layers:
-        parallelize_module(layer, mesh, plan)
+        parallelize_module(layer, mesh, PLAN)
     return model
 
 
@@ -131,10 +134,11 @@ def main():
     rank, size = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
     model = shard(build_model(args.hidden, args.layers, args.seed), mesh["tp"])
-    if barrier is not None:
-        for layer in model.model.layers:  # after each row-wise projection, where its output's allreduce is
-            layer.self_attn.o_proj.register_forward_hook(barrier)
-            layer.mlp.down_proj.register_forward_hook(barrier)
+    if barrier is not None:  # after each row-wise projection, where its output's allreduce is
+        row_wise = [name for name, style in PLAN.items() if isinstance(style, RowwiseParallel)]
+        for layer in model.model.layers:
+            for name in row_wise:
+                layer.get_submodule(name).register_forward_hook(barrier)
 
     generator = torch.Generator().manual_seed(args.seed + 1)
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=generator)
