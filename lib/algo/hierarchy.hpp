@@ -32,6 +32,10 @@ struct NodeMemory {
   /// Pieces run through `peers` so far, over all operations: it picks the slot and the flags' generation, and
   /// runs on across operations (a fast rank may start the next one while a slow one copies out this one).
   uint64_t pieces_done = 0;
+  /// Broadcasts through the peers' rings so far (broadcast_node): every local rank counts each one, so the count
+  /// names the ring entry and its generation. `ring_all_read`: the fewest entries any local rank had finished
+  /// reading when this rank last looked (as a root, it looks again only when that is too few).
+  uint64_t ring_broadcasts = 0, ring_all_read = 0;
   /// Scratch of the schedules, one entry per local rank, kept so that small operations allocate nothing.
   std::vector<uint64_t*> flags;
   std::vector<const void*> sources;
@@ -98,8 +102,9 @@ struct Issue {
   device::WaitContext limits;  ///< deadline, abort switch and the operation's name, for every wait it issues
   int world = 1;               ///< ranks in the communicator (kAvg divides by it)
   static Issue of(Channel& ch) { return {{ch.deadline(), &ch.aborted(), ch.what()}, ch.size()}; }
+  /// The limits of the step `phase` (a string literal: the context keeps the pointer).
   device::WaitContext wait(const char* phase) const {
-    return {limits.deadline, limits.aborted, limits.what + " " + phase};
+    return {limits.deadline, limits.aborted, limits.what, phase};
   }
 };
 

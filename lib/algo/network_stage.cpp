@@ -46,7 +46,7 @@ void DeferredStage::hand_over(Job job) {
 }
 
 void DeferredStage::take_back() {
-  if (taken_ >= jobs_.size()) throw InternalError(limits_.what + ": a piece taken back that was never handed over");
+  if (taken_ >= jobs_.size()) throw InternalError(limits_.name() + ": a piece taken back that was never handed over");
   uint64_t* flag = from_host_.queue_side;
   queue_.wait(&flag, 1, jobs_[taken_++].sequence, 0, limits_);
 }

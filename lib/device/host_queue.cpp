@@ -50,11 +50,11 @@ constexpr std::chrono::milliseconds kSleepSlice{10};
 // timeout waited for (-1: the queue, for host_wait).
 void check_limits(const WaitContext& context, std::chrono::steady_clock::time_point now, int local_rank) {
   if (context.aborted->load(std::memory_order_relaxed)) {
-    throw RemoteError(context.what + ": the communicator was aborted");
+    throw RemoteError(context.name() + ": the communicator was aborted");
   }
   if (now >= context.deadline) {
     const std::string who = local_rank < 0 ? "the queue" : "local rank " + std::to_string(local_rank);
-    throw TimeoutError(context.what + ": " + who + " never reached this step (did it die, or call another operation?)");
+    throw TimeoutError(context.name() + ": " + who + " never reached this step (did it die, or call another operation?)");
   }
 }
 
@@ -151,7 +151,7 @@ void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
     wait_flag(flags[k], generation, context, k, yield_);
     // The generation was published after the signature (release/acquire): this read sees this step's.
     if (signature != 0 && flag_word(flags[k], 1).load(std::memory_order_relaxed) != signature) {
-      throw InvalidUsageError(context.what + ": local rank " + std::to_string(k) +
+      throw InvalidUsageError(context.name() + ": local rank " + std::to_string(k) +
                               " called this operation with a different count, type or op");
     }
   }

@@ -30,6 +30,13 @@ class PeerMemory {
     return reinterpret_cast<uint8_t*>(flag(kind, slot, owner)) + kFlagPayloadOffset;
   }
 
+  /// A ring of `ring_lines()` flags per owner (0: none), each with flag_payload_bytes() of payload, for small data
+  /// one rank sends to all the others without waiting for them (broadcast_node): entry `index` of `owner`'s ring.
+  /// Its readers count the entries they have finished reading, over all owners' rings, in ring_read(reader).
+  virtual int ring_lines() const { return 0; }
+  virtual uint64_t* ring_line(int /*owner*/, int /*index*/) const { return nullptr; }
+  virtual uint64_t* ring_read(int /*reader*/) const { return nullptr; }
+
   /// Where a flag's payload starts in its line: after the words device/queue.hpp gives a flag (generation,
   /// signature, HostQueue's sleeper count).
   static constexpr size_t kFlagPayloadOffset = 32;

@@ -4,6 +4,8 @@
 // reference, with and without delays and reordering on the network, and a rank killed mid-run must make every
 // survivor fail within its deadline.
 #include <algorithm>
+#include <random>
+#include <thread>
 #include <string>
 
 #include "algo/background.hpp"
@@ -184,6 +186,55 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
           for (size_t i = 0; i < 5; ++i) {
             const float expected = i < std::min<size_t>(5, total) ? input(root, at + i) : -99.f;
             REQUIRE(few[rr][static_cast<size_t>(root)][i] == expected);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("small broadcasts through the roots' rings stay right when roots run many calls ahead", "[inproc][hier]") {
+  // Broadcasts of up to a flag line's payload go through the root's ring of K entries, and a root waits for no one
+  // until its ring is full: ranks of one node run up to K broadcasts apart. Many times K of them, the size changing
+  // every call and the root every K + 8 calls, now and then an allreduce through the rounds in between (their own
+  // rotation), and the readers slowed down at random, so the ring wraps with readers at every distance behind.
+  const int K = transport::NodeArena::kRingLines;
+  const int calls = 8 * K + 5;
+  for (int local : {2, 3, 4}) {
+    INFO("local ranks " << local);
+    const std::vector<int> node_of(static_cast<size_t>(local), 0);
+    EmulatedNodes nodes(node_of, /*area_bytes=*/512, /*small_message_bytes=*/0);
+    const size_t max_floats = nodes.arenas[0]->flag_payload_bytes() / sizeof(float);
+    auto root_of = [&](int call) { return (call / (K + 8)) % local; };
+    auto size_of = [&](int call) { return static_cast<size_t>(call * 13 % static_cast<int>(max_floats + 1)); };
+    std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(local));
+    auto results = run_ranks(local, faults_for(0), std::chrono::seconds(60), [&](Channel& ch) {
+      const size_t r = static_cast<size_t>(ch.rank());
+      got[r].resize(static_cast<size_t>(calls));
+      std::minstd_rand slow(static_cast<unsigned>(r + 1));
+      for (int call = 0; call < calls; ++call) {
+        const int root = root_of(call);
+        const size_t n = size_of(call);
+        std::vector<float> in(n);
+        for (size_t i = 0; i < n; ++i) in[i] = input(root, static_cast<size_t>(call) * 100 + i);
+        std::vector<float>& out = got[r][static_cast<size_t>(call)];
+        out.assign(n, -99.f);
+        algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data(), out.data(), n * sizeof(float), root);
+        if (call % (3 * K + 1) == 3 * K) {
+          std::vector<float> sum(7);
+          nodes.allreduce(ch, in.data(), sum.data(), std::min<size_t>(n, 7), DataType::kFloat32, ReduceOp::kSum);
+        }
+        if (ch.rank() != root && slow() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(slow() % 500));
+      }
+    });
+    require_all_ok(results);
+    for (int r = 0; r < local; ++r) {
+      for (int call = 0; call < calls; ++call) {
+        const std::vector<float>& out = got[static_cast<size_t>(r)][static_cast<size_t>(call)];
+        REQUIRE(out.size() == size_of(call));
+        for (size_t i = 0; i < out.size(); ++i) {
+          if (out[i] != input(root_of(call), static_cast<size_t>(call) * 100 + i)) {
+            FAIL("rank " << r << " call " << call << " (root " << root_of(call) << ") element " << i);
           }
         }
       }

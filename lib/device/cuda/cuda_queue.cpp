@@ -137,7 +137,7 @@ uint32_t CudaQueue::name_wait(const std::string& what) {
 WaitArgs CudaQueue::wait_args(const uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                               const WaitContext& context) {
   if (flag_count > kMaxWaitFlags) {
-    throw InvalidUsageError(context.what + ": " + std::to_string(flag_count) + " local ranks; device flag waits take " +
+    throw InvalidUsageError(context.name() + ": " + std::to_string(flag_count) + " local ranks; device flag waits take " +
                             std::to_string(kMaxWaitFlags) + " at most");
   }
   WaitArgs args{};
@@ -148,7 +148,7 @@ WaitArgs CudaQueue::wait_args(const uint64_t* const* flags, int flag_count, uint
   args.budget_ns = budget_ns(context);
   args.abort = static_cast<const volatile uint32_t*>(control_.device_data()) + 4;
   args.status = static_cast<uint32_t*>(control_.device_data());
-  args.wait_id = name_wait(context.what);
+  args.wait_id = name_wait(context.name());
   return args;
 }
 
@@ -167,12 +167,12 @@ void CudaQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContex
     auto now = std::chrono::steady_clock::now();
     if (context.aborted->load(std::memory_order_relaxed)) {
       abort();
-      throw RemoteError(context.what + ": the communicator was aborted");
+      throw RemoteError(context.name() + ": the communicator was aborted");
     }
     // The device waits have budgets of their own; this one guards against work that never arrives.
     if (now >= context.deadline + std::chrono::seconds(5)) {
       abort();
-      throw TimeoutError(context.what + ": the device did not reach this step by the deadline");
+      throw TimeoutError(context.name() + ": the device did not reach this step by the deadline");
     }
     if (now < spin_until) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(20));

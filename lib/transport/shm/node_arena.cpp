@@ -11,8 +11,14 @@ namespace {
 constexpr size_t kLine = 128;
 }  // namespace
 
+namespace {
+size_t flag_lines(int local_size, int slots) {
+  return static_cast<size_t>(local_size) * kFlagKinds * static_cast<size_t>(slots);
+}
+}  // namespace
+
 size_t NodeArena::header_bytes(int local_size, int slots) {
-  return static_cast<size_t>(local_size) * kFlagKinds * static_cast<size_t>(slots) * kLine;
+  return (flag_lines(local_size, slots) + static_cast<size_t>(local_size) * (kRingLines + 1)) * kLine;
 }
 
 size_t NodeArena::segment_bytes(int local_size, int slots, size_t area_bytes) {
@@ -40,10 +46,22 @@ std::unique_ptr<NodeArena> NodeArena::attach(const std::string& name, int local_
   return std::unique_ptr<NodeArena>(new NodeArena(std::move(*segment), local_rank, local_size, slots, area_bytes));
 }
 
-uint64_t* NodeArena::flag(FlagKind kind, int slot, int owner) const {
-  size_t index = (static_cast<size_t>(owner) * kFlagKinds + kind) * static_cast<size_t>(slots_) +
-                 static_cast<size_t>(slot % slots_);
+uint64_t* NodeArena::line(size_t index) const {
   return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(segment_.data()) + index * kLine);
+}
+
+uint64_t* NodeArena::flag(FlagKind kind, int slot, int owner) const {
+  return line((static_cast<size_t>(owner) * kFlagKinds + kind) * static_cast<size_t>(slots_) +
+              static_cast<size_t>(slot % slots_));
+}
+
+uint64_t* NodeArena::ring_line(int owner, int index) const {
+  return line(flag_lines(local_size_, slots_) + static_cast<size_t>(owner) * (kRingLines + 1) +
+              static_cast<size_t>(index % kRingLines));
+}
+
+uint64_t* NodeArena::ring_read(int reader) const {
+  return line(flag_lines(local_size_, slots_) + static_cast<size_t>(reader) * (kRingLines + 1) + kRingLines);
 }
 
 size_t NodeArena::flag_payload_bytes() const { return kLine - kFlagPayloadOffset; }

@@ -1,8 +1,9 @@
 #pragma once
 // NodeArena: one shared-memory segment per node through which its local ranks exchange host data.
 //
-// Layout: a header of flags (128 bytes each, by owner, kind and slot), then slots x local_size data areas
-// of `area_bytes` each. The segment is zero-filled when made, so every flag starts at generation 0.
+// Layout: a header of flags (128 bytes each, by owner, kind and slot), then per owner its ring of kRingLines
+// flags and its ring_read flag, then slots x local_size data areas of `area_bytes` each. The segment is zero-filled
+// when made, so every flag starts at generation 0.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,10 +30,17 @@ class NodeArena final : public PeerMemory {
   uint8_t* area(int slot, int owner) const override;
   uint64_t* flag(FlagKind kind, int slot, int owner) const override;
   size_t flag_payload_bytes() const override;
+  int ring_lines() const override { return kRingLines; }
+  uint64_t* ring_line(int owner, int index) const override;
+  uint64_t* ring_read(int reader) const override;
+
+  /// Entries of a rank's ring: how many small broadcasts a root may run ahead of the slowest local rank.
+  static constexpr int kRingLines = 32;
 
  private:
   NodeArena(ShmSegment segment, int local_rank, int local_size, int slots, size_t area_bytes);
-  static size_t header_bytes(int local_size, int slots);
+  static size_t header_bytes(int local_size, int slots);  // the flags, then the rings
+  uint64_t* line(size_t index) const;
   static size_t segment_bytes(int local_size, int slots, size_t area_bytes);
 
   ShmSegment segment_;
