@@ -13,7 +13,12 @@ WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> 
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       tensors_(std::move(tensors)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(list_of_tensors())) {}
+
+c10::TypePtr WorkHiercoll::list_of_tensors() {
+  static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());  // made once, not per call
+  return type;
+}
 
 void WorkHiercoll::settle_tensors(bool succeeded) {
   CallTensors tensors = std::exchange(tensors_, {});  // let them go, whatever happens
@@ -207,6 +212,13 @@ void CompletionThread::add(Pending pending) {
   std::list<State::Waiting>::iterator call;
   // Coalesced calls and stream-ordered ones are settled here only; the others by their caller where it can.
   const bool callers = pending.members.empty() && !pending.handle->stream_ordered();
+  if (callers && std::all_of(pending.works.begin(), pending.works.end(),
+                             [](const hiercoll::Work& w) { return w.is_completed(); })) {
+    // Every operation finished already (a small collective run on the caller's thread): settled here, without the
+    // bookkeeping that lets another thread finish it (a lock, a list entry and a callback per operation).
+    settle_here(pending);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     const size_t operations = pending.works.size();

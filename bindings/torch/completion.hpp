@@ -74,6 +74,7 @@ class WorkHiercoll : public c10d::Work {
 
  private:
   friend class CompletionThread;
+  static c10::TypePtr list_of_tensors();  // the type of the future's value
   std::vector<at::Tensor> outputs_;
   CallTensors tensors_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;

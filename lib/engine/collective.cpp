@@ -69,9 +69,13 @@ using DeviceIssue = CommunicatorImpl::DeviceIssue;
 Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDescriptor& descriptor,
          const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceIssue device_issue = nullptr) {
   if (device < 0) {
+    // Alone, a collective is at most a copy: the caller's thread does it rather than hand it to the progress thread
+    // and wait for it to come back (1 rank, 8 B: 6.5 us a call through the progress thread; dist.all_reduce 114 us,
+    // where a size-1 group is common: a DeviceMesh dimension of 1).
     return impl.enqueue_collective(
         std::move(what), descriptor,
-        [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); });
+        [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); },
+        /*may_run_here=*/impl.size() == 1);
   }
   if (impl.size() == 1) {
     // Alone, every collective is its input copied to its output (kAvg divides by one): a device copy, not a
@@ -192,14 +196,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
   // names and completion state that carry it across cost more than the allreduce itself: 4 ranks on 2 cores,
   // 8 B (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
-  if (!settings_.caller_thread || settings_.check_collectives) return std::nullopt;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ || aborted_ || broken_ || !progress_idle_ || !queue_.empty() || caller_running_) {
-      return std::nullopt;  // the progress thread runs it, after what is ahead of it, or fails it as it should
-    }
-    caller_running_ = true;
-  }
+  if (!settings_.caller_thread || settings_.check_collectives || !take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
   // the collective as data and names it only if it is read. Naming every call and three precise clock reads were
   // a quarter of a 2-rank 8 B allreduce here: 0.33 us with them, 0.25 with one precise read and no naming, 0.19-0.23
@@ -252,6 +249,20 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
     state->finish(failure);
     work = Work(state);
   }
+  end_caller_turn();
+  return work;
+}
+
+bool CommunicatorImpl::take_caller_turn() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || aborted_ || broken_ || !progress_idle_ || !queue_.empty() || caller_running_) {
+    return false;  // the progress thread runs it, after what is ahead of it, or fails it as it should
+  }
+  caller_running_ = true;
+  return true;
+}
+
+void CommunicatorImpl::end_caller_turn() {
   bool queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -259,6 +270,15 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
     queued = !queue_.empty();  // another thread enqueued meanwhile: the progress thread may go on
   }
   if (queued) queue_cv_.notify_one();
+}
+
+std::optional<Work> CommunicatorImpl::run_here(Op& op) {
+  if (!settings_.caller_thread || !take_caller_turn()) return std::nullopt;
+  op.state = std::make_shared<WorkState>();
+  Work work(op.state);
+  if (op.collective) op.flight_seq = flight_.queued(op.what);
+  run_op(op);  // the endpoint is this thread's until the turn ends: the progress thread waits while it is taken
+  end_caller_turn();
   return work;
 }
 
@@ -278,7 +298,8 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
                                       static_cast<uint32_t>(has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
   if (c.kind == algo::Kind::kBarrier) {
-    return enqueue_collective(std::move(what), descriptor, [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
+    return enqueue_collective(
+        std::move(what), descriptor, [](algo::Channel& ch) { algo::barrier_dissemination(ch); }, size_ == 1);
   }
 
   // The algorithm, as a body over (channel, input, output) for the progress thread: on the caller's buffers, or on

@@ -401,7 +401,7 @@ algo::Channel CommunicatorImpl::next_channel(const std::string& what) {
 }
 
 Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
-                                          std::function<void(algo::Channel&)> body) {
+                                          std::function<void(algo::Channel&)> body, bool may_run_here) {
   Op op;
   op.what = std::move(what);
   op.collective = true;
@@ -410,6 +410,9 @@ Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescri
     if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
     body(channel);
   };
+  if (may_run_here) {
+    if (std::optional<Work> done = run_here(op)) return *std::move(done);
+  }
   return push(std::move(op));
 }
 

@@ -46,9 +46,11 @@ class CommunicatorImpl {
   /// Validates a collective, chooses its algorithm and enqueues it (collective.cpp): every collective call's path.
   Work collective(const Collective& c);
   /// Runs `body` on the progress thread with a Channel over all ranks. `what` names it in errors;
-  /// `descriptor` is what ranks compare first when the mismatch check is on.
+  /// `descriptor` is what ranks compare first when the mismatch check is on. With `may_run_here`, the caller's
+  /// thread runs it instead when the progress thread is idle with nothing queued or pending (run_here), and the
+  /// Work it returns is finished.
   Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
-                          std::function<void(algo::Channel&)> body);
+                          std::function<void(algo::Channel&)> body, bool may_run_here = false);
   /// Issues an operation's device work on the caller's thread (see device_path.hpp) and returns its host half
   /// (run later by the progress thread on the operation's channel), or null if it has none.
   using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::Issue&, DevicePath&)>;
@@ -125,6 +127,13 @@ class CommunicatorImpl {
   /// reduce-scatter, allgather and broadcast), on the caller's thread (collective.cpp): if the progress thread is
   /// idle with nothing queued, runs it now and returns its finished Work; otherwise nullopt, and it is enqueued.
   std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
+  /// An operation of the queue's kind on the caller's thread, under the same rule: its finished Work, or nullopt
+  /// (and `op` untouched) if it must be enqueued.
+  std::optional<Work> run_here(Op& op);
+  /// The caller's turn to run an operation (run_here): taken only while the progress thread is idle with nothing
+  /// queued or pending, and the communicator can still run operations; given back by end_caller_turn().
+  bool take_caller_turn();
+  void end_caller_turn();
   /// After operation `what` failed with `failure`: later operations fail with it (a PeerLostError stays one);
   /// pending requests are cancelled.
   void break_on(const std::string& what, const base::Failure& failure);
