@@ -69,13 +69,9 @@ using DeviceIssue = CommunicatorImpl::DeviceIssue;
 Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDescriptor& descriptor,
          const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceIssue device_issue = nullptr) {
   if (device < 0) {
-    // Alone, a collective is at most a copy: the caller's thread does it rather than hand it to the progress thread
-    // and wait for it to come back (1 rank, 8 B: 6.5 us a call through the progress thread; dist.all_reduce 114 us,
-    // where a size-1 group is common: a DeviceMesh dimension of 1).
     return impl.enqueue_collective(
         std::move(what), descriptor,
-        [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); },
-        /*may_run_here=*/impl.size() == 1);
+        [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); });
   }
   if (impl.size() == 1) {
     // Alone, every collective is its input copied to its output (kAvg divides by one): a device copy, not a
@@ -298,8 +294,7 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
                                       static_cast<uint32_t>(has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
   if (c.kind == algo::Kind::kBarrier) {
-    return enqueue_collective(
-        std::move(what), descriptor, [](algo::Channel& ch) { algo::barrier_dissemination(ch); }, size_ == 1);
+    return enqueue_collective(std::move(what), descriptor, [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
   }
 
   // The algorithm, as a body over (channel, input, output) for the progress thread: on the caller's buffers, or on

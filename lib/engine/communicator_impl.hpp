@@ -46,11 +46,11 @@ class CommunicatorImpl {
   /// Validates a collective, chooses its algorithm and enqueues it (collective.cpp): every collective call's path.
   Work collective(const Collective& c);
   /// Runs `body` on the progress thread with a Channel over all ranks. `what` names it in errors;
-  /// `descriptor` is what ranks compare first when the mismatch check is on. With `may_run_here`, the caller's
-  /// thread runs it instead when the progress thread is idle with nothing queued or pending (run_here), and the
-  /// Work it returns is finished.
+  /// `descriptor` is what ranks compare first when the mismatch check is on. In a communicator of one rank the
+  /// caller's thread runs it instead when the progress thread is idle with nothing queued or pending (run_here),
+  /// and the Work it returns is finished.
   Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
-                          std::function<void(algo::Channel&)> body, bool may_run_here = false);
+                          std::function<void(algo::Channel&)> body);
   /// Issues an operation's device work on the caller's thread (see device_path.hpp) and returns its host half
   /// (run later by the progress thread on the operation's channel), or null if it has none.
   using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::Issue&, DevicePath&)>;

@@ -41,6 +41,7 @@ class NodeArena final : public PeerMemory {
   NodeArena(ShmSegment segment, int local_rank, int local_size, int slots, size_t area_bytes);
   static size_t header_bytes(int local_size, int slots);  // the flags, then the rings
   uint64_t* line(size_t index) const;
+  size_t ring_start(int owner) const;  // the line index of `owner`'s ring; its ring_read flag follows it
   static size_t segment_bytes(int local_size, int slots, size_t area_bytes);
 
   ShmSegment segment_;
