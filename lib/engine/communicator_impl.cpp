@@ -9,6 +9,7 @@
 
 #include "algo/algorithms.hpp"
 #include "algo/background.hpp"
+#include "base/clock.hpp"
 #include "base/log.hpp"
 #include "engine/collective.hpp"
 #include "hiercoll/errors.hpp"
@@ -435,22 +436,62 @@ class EventOrder final : public StreamOrder {
   EventHandle end_;
 };
 
+// The end of a one-rank device collective: an event on the caller's stream, after its copy. Work::wait() has
+// nothing to order (the work is on the caller's stream already); whether it ended, the device says.
+class AloneEnd final : public StreamOrder, public DeviceEnd {
+ public:
+  AloneEnd(std::shared_ptr<DevicePath> path, EventHandle end) : path_(std::move(path)), end_(end) {}
+  ~AloneEnd() override { path_->release(end_); }
+  void order_caller_stream() override {}
+  bool reached() override { return path_->reached(end_); }
+  void watch(std::function<void(std::optional<base::Failure>)> then) override { path_->watch(end_, std::move(then)); }
+
+ private:
+  std::shared_ptr<DevicePath> path_;
+  EventHandle end_;
+};
+
 }  // namespace
+
+std::shared_ptr<DevicePath> CommunicatorImpl::device_path(int device, const char* what) {
+  if (!device_) {
+    std::atomic_store(&device_, std::shared_ptr<DevicePath>(DevicePath::create(device, settings_.cuda_piece_bytes)));
+  }
+  if (device_->device() != device) {
+    throw InvalidUsageError(std::string(what) + ": buffers on CUDA device " + std::to_string(device) +
+                            ", but this communicator's device buffers live on device " +
+                            std::to_string(device_->device()) + " (one device per communicator, as in NCCL)");
+  }
+  return device_;
+}
+
+Work CommunicatorImpl::enqueue_device_alone(const CollectiveName& name, int device, StreamHandle stream, void* out,
+                                            const void* in, size_t bytes) {
+  const char* what = algo::to_string(name.kind);
+  if (aborted_) throw InvalidUsageError(std::string(what) + ": the communicator was aborted or destroyed");
+  EventHandle end = nullptr;
+  std::shared_ptr<DevicePath> path;
+  {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    path = device_path(device, what);
+    end = path->issue_alone(stream, out, in, bytes, what);
+  }
+  auto ending = std::make_shared<AloneEnd>(std::move(path), end);
+  auto state = std::make_shared<WorkState>();
+  state->stream_order = ending;
+  state->device_end = std::move(ending);
+  // Recorded as run when issued: nothing on the host runs it, and no peer waits for it.
+  const auto now = base::coarse_now();
+  flight_.ended(flight_.running(name, now), true, now);
+  return Work(std::move(state));
+}
 
 Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
                                                  StreamHandle stream, DeviceIssue issue_work) {
   // One issuer at a time: operations' device work must be enqueued in the order the progress thread runs their
   // host halves, and tickets must be published in the order they are handed out.
   std::lock_guard<std::mutex> lock(device_mutex_);
-  if (!device_) {
-    std::atomic_store(&device_, std::shared_ptr<DevicePath>(DevicePath::create(device, settings_.cuda_piece_bytes)));
-  }
-  if (device_->device() != device) {
-    throw InvalidUsageError(what + ": buffers on CUDA device " + std::to_string(device) +
-                            ", but this communicator's device buffers live on device " +
-                            std::to_string(device_->device()) + " (one device per communicator, as in NCCL)");
-  }
-  std::shared_ptr<DevicePath> path = device_;
+  std::shared_ptr<DevicePath> path = device_path(device, what.c_str());
   path->follow_caller(stream, what);
   const algo::Issue issue{{algo::Clock::now() + timeout(), &aborted_, what}, size()};
   const uint64_t ticket = device_tickets_ + 1;

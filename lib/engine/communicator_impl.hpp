@@ -58,6 +58,10 @@ class CommunicatorImpl {
   /// operation completes once the device ran its work and the progress thread its host half.
   Work enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
                                  StreamHandle stream, DeviceIssue issue);
+  /// A collective of a one-rank communicator on device buffers: `bytes` of `in` copied to `out` on the caller's
+  /// `stream` itself (nothing in place); its Work learns from the device when it ends (WorkState::device_end).
+  Work enqueue_device_alone(const CollectiveName& name, int device, StreamHandle stream, void* out, const void* in,
+                            size_t bytes);
   /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); caller's thread, in
   /// a DeviceIssue.
   algo::NodeMemory& device_node_memory(const algo::Issue& issue, DevicePath& path);
@@ -121,6 +125,9 @@ class CommunicatorImpl {
   /// Halted: cancels the point-to-point requests still posted; their Works fail with the halt's reason.
   void fail_pending_p2p();
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
+  /// The device path for buffers on `device`, made at the first call; under device_mutex_. `what` names the call
+  /// in the error when the communicator's device buffers live on another device.
+  std::shared_ptr<DevicePath> device_path(int device, const char* what);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);
   /// A collective of host buffers up to 1 MB that only node memory carries (a one-node allreduce, the node

@@ -18,11 +18,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "algo/hierarchy.hpp"
 #include "algo/network_stage.hpp"
+#include "base/failure.hpp"
 #include "device/queue.hpp"
 
 namespace hiercoll::engine {
@@ -66,6 +68,20 @@ class DevicePath {
   /// After the operation's work: publishes `ticket` on the done flag once the device gets there, and returns an
   /// event at the same point for Work::wait (release it with release()).
   virtual EventHandle complete(uint64_t ticket) = 0;
+
+  // ---- A communicator of one rank: caller's thread, under the device lock ----
+  /// Alone, a collective is `bytes` of `in` copied to `out` (nothing at all in place), enqueued on the caller's
+  /// `stream` itself, as NCCL does: no internal stream, no done flag, no progress thread. Returns an event after
+  /// it on that stream (for reached()/watch(); give it back with release()). Refuses a capturing stream as
+  /// follow_caller() does.
+  virtual EventHandle issue_alone(StreamHandle stream, void* out, const void* in, size_t bytes,
+                                  const char* what) = 0;
+
+  // ---- Not a progress thread (these call CUDA) ----
+  /// Did the device get past `end` (from issue_alone)? Does not block; throws CudaError if the device failed.
+  virtual bool reached(EventHandle end) = 0;
+  /// Calls `then` once the device got past `end`, on a watcher thread of the process (polls, then sleeps).
+  virtual void watch(EventHandle end, std::function<void(std::optional<base::Failure>)> then) = 0;
 
   // ---- Progress thread: host memory only ----
   /// Blocks until the device published `ticket`; throws what a device-side wait failed with, or TimeoutError.

@@ -3,13 +3,18 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/device_path.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_queue.hpp"
 #include "device/cuda/pinned_buffer.hpp"
+#include "base/log.hpp"
 #include "transport/cuda/ipc_peer_memory.hpp"
 
 namespace hiercoll::engine {
@@ -42,6 +47,95 @@ bool device_path_built() { return true; }
 
 namespace {
 
+// Refuses a stream that is capturing a CUDA graph.
+void refuse_capture(cudaStream_t stream, const std::string& what) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", what);
+  if (capture != cudaStreamCaptureStatusNone) {
+    throw InvalidUsageError(what +
+                            ": the stream is capturing a CUDA graph; hiercoll collectives are driven by a "
+                            "host thread and cannot be captured (issue them outside the capture)");
+  }
+}
+
+// Watches the events of one-rank collectives (issue_alone) for the Works that someone waits for or attached a
+// callback to, and calls them back, in the order they were asked for: one thread for the process, made at the
+// first watch and never destroyed (a thread of its own because a progress thread makes no CUDA call; it may
+// outlive every communicator, so none owns it). It polls the oldest event, yielding for 50 us (a one-rank copy
+// takes a few), then sleeping a little longer each time, up to 200 us (the caller's stream may hold a backward
+// pass ahead of the copy, and a DDP step waits for the end it hears of): as the progress thread waits for a
+// done flag, at little CPU.
+class EventWatcher {
+ public:
+  using Then = std::function<void(std::optional<base::Failure>)>;
+  static EventWatcher& get() {
+    static EventWatcher* watcher = new EventWatcher;  // never destroyed: its thread may run until the process ends
+    return *watcher;
+  }
+
+  void add(int device, cudaEvent_t event, Then then) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!started_) {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+      }
+      watched_.push_back({device, event, std::move(then)});
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  struct Watched {
+    int device;
+    cudaEvent_t event;
+    Then then;
+  };
+
+  void run() {
+    int current = -1;  // this thread's device: its events' (no other CUDA context is made current by a query)
+    for (;;) {
+      Watched item;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return !watched_.empty(); });
+        item = std::move(watched_.front());
+        watched_.pop_front();
+      }
+      std::optional<base::Failure> failure;
+      if (item.device != current && cudaSetDevice(item.device) == cudaSuccess) current = item.device;
+      const auto start = std::chrono::steady_clock::now();
+      auto nap = std::chrono::microseconds(20);
+      for (;;) {
+        const cudaError_t err = cudaEventQuery(item.event);
+        if (err == cudaSuccess) break;
+        if (err != cudaErrorNotReady) {
+          cudaGetLastError();
+          failure = base::Failure{ErrorCode::kCudaError, std::string("cudaEventQuery failed: ") +
+                                                             cudaGetErrorString(err) + " (the end of a one-rank collective)"};
+          break;
+        }
+        if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
+          std::this_thread::yield();
+          continue;
+        }
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(200));
+      }
+      try {
+        item.then(std::move(failure));  // finishes a Work: its callbacks run on this thread
+      } catch (const std::exception& e) {
+        HIERCOLL_LOG(kWarn, "finishing a one-rank device collective failed: " << e.what());
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Watched> watched_;
+  bool started_ = false;
+};
+
 class CudaDevicePath final : public DevicePath {
  public:
   CudaDevicePath(int device, size_t piece_bytes) : device_(device), piece_bytes_(piece_bytes), queue_(device) {
@@ -66,13 +160,7 @@ class CudaDevicePath final : public DevicePath {
   void follow_caller(StreamHandle stream, const std::string& what) override {
     DeviceGuard guard(device_);
     auto caller = static_cast<cudaStream_t>(stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(caller, &capture), "cudaStreamIsCapturing", what);
-    if (capture != cudaStreamCaptureStatusNone) {
-      throw InvalidUsageError(what +
-                              ": the stream is capturing a CUDA graph; hiercoll collectives are driven by a "
-                              "host thread and cannot be captured (issue them outside the capture)");
-    }
+    refuse_capture(caller, what);
     // One event serves every call: cudaStreamWaitEvent takes the work recorded so far, so the event may be
     // recorded again at the next call (saves an event create and destroy per call, 0.44 us on an H100).
     cudaError_t err = cudaEventRecord(follow_event_, caller);
@@ -114,24 +202,29 @@ class CudaDevicePath final : public DevicePath {
 
   EventHandle complete(uint64_t ticket) override {
     DeviceGuard guard(device_);
-    {
-      // Events the Works gave back are recorded again: no create and destroy per operation.
-      std::lock_guard<std::mutex> lock(released_mutex_);
-      spare_events_.insert(spare_events_.end(), released_.begin(), released_.end());
-      released_.clear();
-    }
     queue_.signal(flag(kDone).queue_side, ticket, 0);
-    cudaEvent_t event = nullptr;
-    if (spare_events_.empty()) {
-      event = new_event();
-    } else {
-      event = spare_events_.back();
-      spare_events_.pop_back();
-    }
-    cudaError_t recorded = cudaEventRecord(event, queue_.stream());
-    if (recorded != cudaSuccess) cudaEventDestroy(event);
-    check(recorded, "cudaEventRecord");
-    return event;
+    return record_event(queue_.stream(), "the operation's end");
+  }
+
+  EventHandle issue_alone(StreamHandle stream, void* out, const void* in, size_t bytes, const char* what) override {
+    DeviceGuard guard(device_);
+    auto caller = static_cast<cudaStream_t>(stream);
+    refuse_capture(caller, what);
+    if (bytes != 0 && out != in) device::cuda::device_copy(out, in, bytes, caller);
+    return record_event(caller, what);
+  }
+
+  bool reached(EventHandle end) override {
+    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(end));
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) return false;
+    cudaGetLastError();
+    check(err, "cudaEventQuery", "the end of a one-rank collective");
+    return true;
+  }
+
+  void watch(EventHandle end, std::function<void(std::optional<base::Failure>)> then) override {
+    EventWatcher::get().add(device_, static_cast<cudaEvent_t>(end), std::move(then));
   }
 
   void wait_done(uint64_t ticket, const device::WaitContext& context) override {
@@ -174,6 +267,26 @@ class CudaDevicePath final : public DevicePath {
   std::array<device::cuda::PinnedBuffer, algo::kHierBufferSets> network_staging_;
   std::unique_ptr<transport::cuda::IpcPeerMemory> peers_;
   algo::NodeMemory memory_;
+  // An event recorded on `stream` now: one the Works gave back if there is one (no create and destroy per
+  // operation). Caller's thread, under the device lock.
+  cudaEvent_t record_event(cudaStream_t stream, const char* what) {
+    {
+      std::lock_guard<std::mutex> lock(released_mutex_);
+      spare_events_.insert(spare_events_.end(), released_.begin(), released_.end());
+      released_.clear();
+    }
+    cudaEvent_t event = nullptr;
+    if (spare_events_.empty()) {
+      event = new_event();
+    } else {
+      event = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    cudaError_t recorded = cudaEventRecord(event, stream);
+    if (recorded != cudaSuccess) cudaEventDestroy(event);
+    check(recorded, "cudaEventRecord", what);
+    return event;
+  }
   static cudaEvent_t new_event() {
     cudaEvent_t event = nullptr;
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");

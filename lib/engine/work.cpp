@@ -7,8 +7,11 @@ namespace hiercoll {
 
 bool Work::is_completed() const {
   if (!state_) return true;
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->done;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->done || !state_->device_end) return state_->done;
+  }
+  return engine::WorkState::poll_device(state_);
 }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
@@ -29,6 +32,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
 
 void Work::synchronize(std::chrono::milliseconds timeout) const {
   if (!state_) return;
+  engine::WorkState::watch_device(state_);
   std::unique_lock<std::mutex> lock(state_->mutex);
   auto finished = [&] { return state_->done; };
   if (timeout == std::chrono::milliseconds::max()) {
@@ -41,6 +45,7 @@ void Work::synchronize(std::chrono::milliseconds timeout) const {
 
 bool Work::wait_for(std::chrono::microseconds timeout) const {
   if (!state_) return true;
+  engine::WorkState::watch_device(state_);
   std::unique_lock<std::mutex> lock(state_->mutex);
   return state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; });
 }
@@ -48,13 +53,41 @@ bool Work::wait_for(std::chrono::microseconds timeout) const {
 void Work::on_completion(std::function<void()> callback) const {
   if (!callback) return;
   if (state_) {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    if (!state_->done) {
-      state_->callbacks.push_back(std::move(callback));
+    bool kept = false;
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (!state_->done) {
+        state_->callbacks.push_back(std::move(callback));
+        kept = true;
+      }
+    }
+    if (kept) {
+      engine::WorkState::watch_device(state_);  // with a device_end nothing else would finish it
       return;
     }
   }
   engine::WorkState::run_callback(callback);  // finished already: run it here, outside the lock
+}
+
+bool engine::WorkState::poll_device(const std::shared_ptr<WorkState>& self) {
+  std::optional<base::Failure> failure;
+  try {
+    if (!self->device_end->reached()) return false;
+  } catch (const Error& e) {
+    failure = base::Failure::of(e);
+  }
+  self->finish(std::move(failure));
+  return true;
+}
+
+void engine::WorkState::watch_device(const std::shared_ptr<WorkState>& self) {
+  {
+    std::lock_guard<std::mutex> lock(self->mutex);
+    if (self->done || !self->device_end || self->watched) return;
+    self->watched = true;
+  }
+  // The watcher holds the state until the end: a Work dropped meanwhile still runs its callbacks.
+  self->device_end->watch([self](std::optional<base::Failure> failure) { self->finish(std::move(failure)); });
 }
 
 void engine::WorkState::run_callback(const std::function<void()>& callback) noexcept {

@@ -12,10 +12,14 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "expect.hpp"
@@ -226,6 +230,28 @@ void run_semantics(Rank& k) {
   work.wait_for(std::chrono::seconds(60));
   if (!work.is_completed() || work.error()) {
     std::printf("FAIL the non-blocking allreduce did not complete cleanly\n");
+    ++g_failures;
+  }
+
+  // A completion callback runs once the device is done and not before, even when the Work is dropped (one rank:
+  // nothing on the host finishes the operation but a watcher that the callback asks for).
+  late_copy<<<64, 256, 0, k.stream>>>(data.data(), source.data(), count * 4, 200000000ull);
+  auto called = std::make_shared<std::atomic<bool>>(false);
+  k.comm.allreduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum, {k.stream})
+      .on_completion([called] { *called = true; });
+  if (*called) {
+    std::printf("FAIL a completion callback ran while the caller's stream still held the operation\n");
+    ++g_failures;
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!*called && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!*called) {
+    std::printf("FAIL the completion callback of a dropped Work never ran\n");
+    ++g_failures;
+  } else if (cudaStreamQuery(k.stream) == cudaErrorNotReady) {
+    std::printf("FAIL the completion callback ran before the caller's stream got past the operation\n");
     ++g_failures;
   }
 

@@ -66,3 +66,108 @@ TEST_CASE("a default Work is complete and runs its callback at once", "[work]") 
   CHECK(ran);
   CHECK(work.is_completed());
 }
+
+namespace {
+
+// A device end that this test moves by hand: reached() reads a flag; watch() runs `then` on a thread of its own
+// once the flag is up, as the CUDA watcher does; `fail` makes the device report an error instead.
+struct FakeDeviceEnd final : engine::DeviceEnd {
+  std::atomic<bool> there{false}, fail{false};
+  std::atomic<int> watches{0}, queries{0};
+  std::vector<std::thread> watchers;  // joined by the test, before its last reference goes
+  bool reached() override {
+    ++queries;
+    if (fail) throw CudaError("the fake device failed");
+    return there;
+  }
+  void watch(std::function<void(std::optional<base::Failure>)> then) override {
+    ++watches;
+    watchers.emplace_back([this, then = std::move(then)] {
+      while (!there && !fail) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      then(fail ? std::optional<base::Failure>(base::Failure{ErrorCode::kCudaError, "the fake device failed"})
+                : std::nullopt);
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a Work with a device end finishes when asked and the device got there, or through one watch", "[work]") {
+  SECTION("polled by is_completed: finished by the asking thread, callbacks run once") {
+    auto device = std::make_shared<FakeDeviceEnd>();
+    auto state = std::make_shared<engine::WorkState>();
+    state->device_end = device;
+    Work work(state);
+    CHECK_FALSE(work.is_completed());
+    CHECK(device->queries == 1);
+    device->there = true;
+    CHECK(work.is_completed());
+    CHECK(work.is_completed());
+    CHECK(device->queries == 2);  // done is remembered: the device is not asked again
+    CHECK(device->watches == 0);  // nobody waited: no watcher
+    int runs = 0;
+    work.on_completion([&] { ++runs; });
+    CHECK(runs == 1);
+  }
+  SECTION("a callback on an unfinished Work asks for one watch, whose end runs it, even with the Work dropped") {
+    auto device = std::make_shared<FakeDeviceEnd>();
+    std::atomic<int> runs{0};
+    {
+      auto state = std::make_shared<engine::WorkState>();
+      state->device_end = device;
+      Work work(state);
+      work.on_completion([&] { ++runs; });
+      work.on_completion([&] { ++runs; });
+      CHECK(device->watches == 1);
+      CHECK_FALSE(work.wait_for(std::chrono::milliseconds(5)));
+      CHECK(device->watches == 1);
+    }
+    CHECK(runs == 0);
+    device->there = true;
+    for (int i = 0; i < 10000 && runs < 2; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    CHECK(runs == 2);
+    device->watchers.front().join();  // here: its end drops the state, which must not drop the last `device`
+    device->watchers.clear();
+  }
+  SECTION("a poll and the watcher racing to finish it run every callback exactly once") {
+    for (int round = 0; round < 100; ++round) {
+      auto device = std::make_shared<FakeDeviceEnd>();
+      auto state = std::make_shared<engine::WorkState>();
+      state->device_end = device;
+      Work work(state);
+      std::atomic<int> runs{0};
+      work.on_completion([&] { ++runs; });
+      device->there = true;
+      while (!work.is_completed()) {
+      }
+      work.synchronize();
+      device->watchers.front().join();
+      device->watchers.clear();
+      REQUIRE(runs == 1);
+    }
+  }
+  SECTION("a failing device fails the Work, through a poll or through the watcher") {
+    auto polled = std::make_shared<FakeDeviceEnd>();
+    auto state = std::make_shared<engine::WorkState>();
+    state->device_end = polled;
+    Work work(state);
+    polled->fail = true;
+    CHECK(work.is_completed());
+    CHECK_THROWS_AS(work.synchronize(), CudaError);
+    state->finish();  // a late finisher (the watcher) does not overwrite the first one's outcome
+    CHECK_THROWS_AS(work.synchronize(), CudaError);
+
+    auto watched = std::make_shared<FakeDeviceEnd>();
+    auto other = std::make_shared<engine::WorkState>();
+    other->device_end = watched;
+    Work later(other);
+    std::thread failer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      watched->fail = true;
+    });
+    CHECK_THROWS_AS(later.synchronize(std::chrono::seconds(30)), CudaError);
+    failer.join();
+    watched->watchers.front().join();
+    watched->watchers.clear();
+  }
+}

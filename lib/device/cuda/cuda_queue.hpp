@@ -21,6 +21,10 @@
 
 namespace hiercoll::device::cuda {
 
+/// dst = src, both device memory, on `stream`: a kernel for small copies (it costs the host less than
+/// cudaMemcpyAsync), the copy engines for larger ones.
+void device_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 class CudaQueue final : public Queue {
  public:
   explicit CudaQueue(int device);
