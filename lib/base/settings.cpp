@@ -23,6 +23,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_NET_STAGING", "0"},
       {"HIERCOLL_CALLER_THREAD", "1"},
       {"HIERCOLL_SPIN_YIELD", "auto"},
+      {"HIERCOLL_CMA_BYTES", "64K"},
       {"HIERCOLL_CUDA_PIECE_BYTES", "4M"},
       {"HIERCOLL_CHUNK_BYTES", "1M"},
       {"HIERCOLL_PIPELINE_SLOTS", "4"},
@@ -131,6 +132,7 @@ Settings read(bool use_env) {
   s.net_staging = r.flag("HIERCOLL_NET_STAGING");
   s.caller_thread = r.flag("HIERCOLL_CALLER_THREAD");
   s.spin_yield = r.one_of("HIERCOLL_SPIN_YIELD", {"auto", "0", "1"});
+  s.cma_bytes = r.bytes("HIERCOLL_CMA_BYTES", 0);
   s.cuda_piece_bytes = r.bytes("HIERCOLL_CUDA_PIECE_BYTES", 4096);
   s.chunk_bytes = r.bytes("HIERCOLL_CHUNK_BYTES", 1);
   s.pipeline_slots = static_cast<int>(r.integer("HIERCOLL_PIPELINE_SLOTS", 1));

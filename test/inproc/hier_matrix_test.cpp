@@ -242,6 +242,104 @@ TEST_CASE("small broadcasts through the roots' rings stay right when roots run m
   }
 }
 
+namespace {
+
+// A rank's peer memory whose single-copy reads a test can refuse, as a seccomp filter or ptrace rules would.
+class RefusingPeers final : public transport::PeerMemory {
+ public:
+  explicit RefusingPeers(transport::PeerMemory& inner) : inner_(inner) {}
+  bool refuse = false;
+  int reads = 0;  // direct reads asked for
+  int local_rank() const override { return inner_.local_rank(); }
+  int local_size() const override { return inner_.local_size(); }
+  int slots() const override { return inner_.slots(); }
+  size_t area_bytes() const override { return inner_.area_bytes(); }
+  uint8_t* area(int slot, int owner) const override { return inner_.area(slot, owner); }
+  uint64_t* flag(transport::FlagKind kind, int slot, int owner) const override { return inner_.flag(kind, slot, owner); }
+  size_t flag_payload_bytes() const override { return inner_.flag_payload_bytes(); }
+  int ring_lines() const override { return inner_.ring_lines(); }
+  uint64_t* ring_line(int owner, int index) const override { return inner_.ring_line(owner, index); }
+  uint64_t* ring_read(int reader) const override { return inner_.ring_read(reader); }
+  uint64_t direct_token() const override { return inner_.direct_token(); }
+  bool direct_read(uint64_t token, void* to, const void* from, size_t bytes) const override {
+    ++const_cast<RefusingPeers*>(this)->reads;
+    return !refuse && inner_.direct_read(token, to, from, bytes);
+  }
+
+ private:
+  transport::PeerMemory& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("node allgathers read the peers' buffers once, and stage on every rank if one rank is refused",
+          "[inproc][hier]") {
+  for (int local : {2, 3, 4}) {
+    for (int refusing : {-1, local - 1}) {  // no rank, or the last one, has its reads refused
+      INFO("local ranks " << local << ", refused reads on rank " << refusing);
+      const std::vector<int> node_of(static_cast<size_t>(local), 0);
+      EmulatedNodes nodes(node_of, /*area_bytes=*/512, /*small_message_bytes=*/0);
+      const size_t L = static_cast<size_t>(local);
+      std::vector<std::unique_ptr<RefusingPeers>> peers;
+      for (size_t r = 0; r < L; ++r) {
+        peers.push_back(std::make_unique<RefusingPeers>(*nodes.arenas[r]));
+        peers[r]->refuse = static_cast<int>(r) == refusing;
+        nodes.memory[r].peers = peers[r].get();
+        nodes.memory[r].direct_bytes = 256;  // blocks of 300 floats go direct, 5 floats ride in the flag line
+      }
+      const int calls = 4;
+      // [rank][call]: an allgather of 300 floats a rank (3 rounds of the 512-byte area when staged, one round direct),
+      // one of them in place, and a broadcast of them (staged) from a root that changes every call; after each call
+      // the rank changes its input, which peers must have finished reading by then.
+      std::vector<std::vector<std::vector<float>>> gathered(L, std::vector<std::vector<float>>(calls)), whole = gathered;
+      std::vector<std::vector<uint64_t>> rounds(L, std::vector<uint64_t>(calls));
+      auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
+        const size_t r = static_cast<size_t>(ch.rank());
+        for (int call = 0; call < calls; ++call) {
+          const size_t block = 300, total = block * L;
+          std::vector<float> in(block);
+          for (size_t i = 0; i < block; ++i) in[i] = input(ch.rank(), r * block + i + static_cast<size_t>(call));
+          const uint64_t before = nodes.memory[r].pieces_done;
+          std::vector<float>& all = gathered[r][static_cast<size_t>(call)];
+          all.assign(total, -99.f);
+          if (call == 1) {  // in place: the input is this rank's block of the output
+            std::copy(in.begin(), in.end(), all.begin() + static_cast<std::ptrdiff_t>(r * block));
+            algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], all.data() + r * block, all.data(), block,
+                                 DataType::kFloat32);
+          } else {
+            algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data(), all.data(), block,
+                                 DataType::kFloat32);
+          }
+          rounds[r][static_cast<size_t>(call)] = nodes.memory[r].pieces_done - before;
+          const int root = call % local;
+          std::vector<float>& got = whole[r][static_cast<size_t>(call)];
+          got.assign(block, -99.f);
+          algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data(), got.data(), block * sizeof(float),
+                               root);
+          in.assign(block, -1.f);  // the caller may change its buffer as soon as the call returns
+        }
+      });
+      require_all_ok(results);
+      for (size_t r = 0; r < L; ++r) {
+        for (int call = 0; call < calls; ++call) {
+          const size_t c = static_cast<size_t>(call), block = 300;
+          for (size_t i = 0; i < block * L; ++i) {
+            REQUIRE(gathered[r][c][i] == input(static_cast<int>(i / block), i + c));
+          }
+          const int root = call % local;
+          for (size_t i = 0; i < block; ++i) {
+            REQUIRE(whole[r][c][i] == input(root, static_cast<size_t>(root) * block + i + c));
+          }
+          // Direct: one round an allgather; after a refusal every rank stages (3 rounds of the area) from then on.
+          REQUIRE(rounds[r][c] == (refusing < 0 ? 1u : call == 0 ? 4u : 3u));
+        }
+        CHECK(nodes.memory[r].direct_bytes == (refusing < 0 ? 256u : 0u));
+        CHECK(peers[r]->reads > 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("a rank killed mid-way through hierarchical allreduces makes every survivor fail in time", "[inproc][hier]") {
   const std::vector<int> node_of = {0, 0, 1, 1, 2, 2};
   const int n = static_cast<int>(node_of.size());

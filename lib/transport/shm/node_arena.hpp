@@ -33,6 +33,8 @@ class NodeArena final : public PeerMemory {
   int ring_lines() const override { return kRingLines; }
   uint64_t* ring_line(int owner, int index) const override;
   uint64_t* ring_read(int reader) const override;
+  uint64_t direct_token() const override;
+  bool direct_read(uint64_t token, void* to, const void* from, size_t bytes) const override;
 
   /// Entries of a rank's ring: how many small broadcasts a root may run ahead of the slowest local rank.
   static constexpr int kRingLines = 32;
