@@ -46,12 +46,14 @@ enum NodeOp : uint64_t {
   kNodeReduceScatter = 1,
   kNodeAllgather = 2,
   kNodeBroadcast = 3,
-  kNodeAllgatherDirect = 4
+  kNodeAllgatherDirect = 4,
+  kNodeBroadcastDirect = 5
 };
 
-// Whether an allgather moving `bytes` per rank reads the peers' buffers directly (direct_round). Not a broadcast: its
-// staged rounds are an eager send, the root copying in while the others copy out, and reading the root's buffer
-// instead made the root wait for its readers (2 ranks, 16 MB: 644 against 1410-1600 us a call, 3 alternated runs).
+// Whether an allgather or a broadcast moving `bytes` per rank reads the peers' buffers directly (direct_round).
+// For a broadcast that trades the staged rounds' eager send (the root copying in while the others copy out) for
+// one copy: on this VM 2 ranks, 16 MB took 1234-1392 us direct against 2350-2386 staged when its two cores shared
+// no cache (as separate cores do), but 1410-1600 against 644 when they did (docs/tuning.md).
 bool direct_reads(const NodeMemory& m, size_t bytes) {
   return m.direct_bytes != 0 && bytes >= m.direct_bytes && m.queue->kind() == device::MemoryKind::kHost &&
          m.peers->direct_token() != 0;
@@ -266,6 +268,15 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   // flag line of the round (as in allreduce_one_shot).
   const bool tiny = bytes <= peers.flag_payload_bytes();
   if (tiny && peers.ring_lines() > 0) return broadcast_ring(m, wait, in, out, bytes, root, signature);
+  if (direct_reads(m, bytes)) {
+    // The others read the root's buffer, once; the root waits until they have (no eager send then).
+    const uint64_t direct = node_signature(kNodeBroadcastDirect, bytes, DataType::kUInt8, ReduceOp::kSum) ^
+                            (static_cast<uint64_t>(root) << 58);
+    auto read = [&](int k, uint64_t token, const uint8_t* theirs) {
+      return k != root || peers.direct_read(token, output, theirs, bytes);
+    };
+    if (direct_round(m, direct, wait, input, read)) return;
+  }
   const size_t q = tiny ? bytes : peers.area_bytes();
   const size_t rounds = (bytes + q - 1) / q;
   m.flags.resize(static_cast<size_t>(L));

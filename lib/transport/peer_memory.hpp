@@ -38,7 +38,7 @@ class PeerMemory {
   virtual uint64_t* ring_read(int /*reader*/) const { return nullptr; }
 
   /// Single-copy reads of another local rank's own memory, its caller's buffers (host memory: Linux cross-memory
-  /// attach, process_vm_readv), so that data which only moves (an allgather) is copied once instead of
+  /// attach, process_vm_readv), so that data which only moves (allgather, broadcast) is copied once instead of
   /// through an area. direct_token(): what this rank publishes so that peers can read from it; 0 where this memory
   /// has no such reads. direct_read(): `bytes` at address `from` of the rank that published `token`, into `to`;
   /// false if the system refused (a seccomp filter, ptrace restrictions): the caller then stages.

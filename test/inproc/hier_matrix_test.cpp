@@ -272,7 +272,7 @@ class RefusingPeers final : public transport::PeerMemory {
 
 }  // namespace
 
-TEST_CASE("node allgathers read the peers' buffers once, and stage on every rank if one rank is refused",
+TEST_CASE("node allgathers and broadcasts read the peers' buffers once, and stage on every rank if one is refused",
           "[inproc][hier]") {
   for (int local : {2, 3, 4}) {
     for (int refusing : {-1, local - 1}) {  // no rank, or the last one, has its reads refused
@@ -289,10 +289,10 @@ TEST_CASE("node allgathers read the peers' buffers once, and stage on every rank
       }
       const int calls = 4;
       // [rank][call]: an allgather of 300 floats a rank (3 rounds of the 512-byte area when staged, one round direct),
-      // one of them in place, and a broadcast of them (staged) from a root that changes every call; after each call
-      // the rank changes its input, which peers must have finished reading by then.
+      // one of them in place, and a broadcast of them from a root that changes every call; after each call the rank
+      // changes its input, which peers must have finished reading by then.
       std::vector<std::vector<std::vector<float>>> gathered(L, std::vector<std::vector<float>>(calls)), whole = gathered;
-      std::vector<std::vector<uint64_t>> rounds(L, std::vector<uint64_t>(calls));
+      std::vector<std::vector<uint64_t>> rounds(L, std::vector<uint64_t>(calls)), broadcast_rounds = rounds;
       auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
         const size_t r = static_cast<size_t>(ch.rank());
         for (int call = 0; call < calls; ++call) {
@@ -314,8 +314,10 @@ TEST_CASE("node allgathers read the peers' buffers once, and stage on every rank
           const int root = call % local;
           std::vector<float>& got = whole[r][static_cast<size_t>(call)];
           got.assign(block, -99.f);
+          const uint64_t before_broadcast = nodes.memory[r].pieces_done;
           algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data(), got.data(), block * sizeof(float),
                                root);
+          broadcast_rounds[r][static_cast<size_t>(call)] = nodes.memory[r].pieces_done - before_broadcast;
           in.assign(block, -1.f);  // the caller may change its buffer as soon as the call returns
         }
       });
@@ -332,6 +334,7 @@ TEST_CASE("node allgathers read the peers' buffers once, and stage on every rank
           }
           // Direct: one round an allgather; after a refusal every rank stages (3 rounds of the area) from then on.
           REQUIRE(rounds[r][c] == (refusing < 0 ? 1u : call == 0 ? 4u : 3u));
+          REQUIRE(broadcast_rounds[r][c] == (refusing < 0 ? 1u : 3u));
         }
         CHECK(nodes.memory[r].direct_bytes == (refusing < 0 ? 256u : 0u));
         CHECK(peers[r]->reads > 0);
