@@ -37,8 +37,8 @@ struct NodeMemory {
   /// reading when this rank last looked (as a root, it looks again only when that is too few).
   uint64_t ring_broadcasts = 0, ring_all_read = 0;
   /// Node allgathers and broadcasts of at least this many bytes per rank read the peers' buffers directly
-  /// (PeerMemory::direct_read) where the peer memory offers it; 0: never. Turned off for good (on every local rank alike) the
-  /// first time any local rank's read is refused.
+  /// (PeerMemory::direct_read) where the peer memory offers it; 0: never. Turned off for good (on every local rank
+  /// alike) the first time any local rank's read is refused.
   uint64_t direct_bytes = 0;
   /// Scratch of the schedules, one entry per local rank, kept so that small operations allocate nothing.
   std::vector<uint64_t*> flags;

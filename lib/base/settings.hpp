@@ -33,7 +33,7 @@ struct Settings {
   bool net_staging = false;       ///< HIERCOLL_NET_STAGING
   bool caller_thread = true;      ///< HIERCOLL_CALLER_THREAD: small one-node collectives may run on the caller's thread
   std::string spin_yield;         ///< HIERCOLL_SPIN_YIELD: auto, 0 or 1 (node flag waits yield the core while spinning)
-  uint64_t cma_bytes = 0;         ///< HIERCOLL_CMA_BYTES: node allgathers and broadcasts read peers' buffers from here; 0: never
+  uint64_t cma_bytes = 0;         ///< HIERCOLL_CMA_BYTES: single-copy node allgather/broadcast from this size; 0: never
   uint64_t cuda_piece_bytes = 0;  ///< HIERCOLL_CUDA_PIECE_BYTES
   uint64_t chunk_bytes = 0;       ///< HIERCOLL_CHUNK_BYTES
   int pipeline_slots = 0;         ///< HIERCOLL_PIPELINE_SLOTS

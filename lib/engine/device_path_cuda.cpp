@@ -58,6 +58,16 @@ void refuse_capture(cudaStream_t stream, const std::string& what) {
   }
 }
 
+// Whether the device got past `event` (the end of a one-rank collective); throws CudaError if the device failed.
+bool event_reached(cudaEvent_t event) {
+  const cudaError_t err = cudaEventQuery(event);
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) return false;
+  cudaGetLastError();
+  check(err, "cudaEventQuery", "the end of a one-rank collective");
+  return true;  // not reached: check() threw
+}
+
 // Watches the events of one-rank collectives (issue_alone) for the Works that someone waits for or attached a
 // callback to, and calls them back, in the order they were asked for: one thread for the process, made at the
 // first watch and never destroyed (a thread of its own because a progress thread makes no CUDA call; it may
@@ -107,12 +117,10 @@ class EventWatcher {
       const auto start = std::chrono::steady_clock::now();
       auto nap = std::chrono::microseconds(20);
       for (;;) {
-        const cudaError_t err = cudaEventQuery(item.event);
-        if (err == cudaSuccess) break;
-        if (err != cudaErrorNotReady) {
-          cudaGetLastError();
-          failure = base::Failure{ErrorCode::kCudaError, std::string("cudaEventQuery failed: ") +
-                                                             cudaGetErrorString(err) + " (the end of a one-rank collective)"};
+        try {
+          if (event_reached(item.event)) break;
+        } catch (const Error& e) {
+          failure = base::Failure::of(e);
           break;
         }
         if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
@@ -214,14 +222,7 @@ class CudaDevicePath final : public DevicePath {
     return record_event(caller, what);
   }
 
-  bool reached(EventHandle end) override {
-    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(end));
-    if (err == cudaSuccess) return true;
-    if (err == cudaErrorNotReady) return false;
-    cudaGetLastError();
-    check(err, "cudaEventQuery", "the end of a one-rank collective");
-    return true;
-  }
+  bool reached(EventHandle end) override { return event_reached(static_cast<cudaEvent_t>(end)); }
 
   void watch(EventHandle end, std::function<void(std::optional<base::Failure>)> then) override {
     EventWatcher::get().add(device_, static_cast<cudaEvent_t>(end), std::move(then));
@@ -295,8 +296,8 @@ class CudaDevicePath final : public DevicePath {
 
   cudaEvent_t follow_event_ = nullptr;        // the caller's stream, recorded by follow_caller()
   std::mutex released_mutex_;
-  std::vector<cudaEvent_t> released_;       // given back by Works (any thread), reused by the next complete()
-  std::vector<cudaEvent_t> spare_events_;   // complete()'s, on the caller's thread under the device lock
+  std::vector<cudaEvent_t> released_;       // given back by Works (any thread), reused by the next record_event()
+  std::vector<cudaEvent_t> spare_events_;   // record_event()'s, on the caller's thread under the device lock
 };
 
 }  // namespace

@@ -255,7 +255,9 @@ class RefusingPeers final : public transport::PeerMemory {
   int slots() const override { return inner_.slots(); }
   size_t area_bytes() const override { return inner_.area_bytes(); }
   uint8_t* area(int slot, int owner) const override { return inner_.area(slot, owner); }
-  uint64_t* flag(transport::FlagKind kind, int slot, int owner) const override { return inner_.flag(kind, slot, owner); }
+  uint64_t* flag(transport::FlagKind kind, int slot, int owner) const override {
+    return inner_.flag(kind, slot, owner);
+  }
   size_t flag_payload_bytes() const override { return inner_.flag_payload_bytes(); }
   int ring_lines() const override { return inner_.ring_lines(); }
   uint64_t* ring_line(int owner, int index) const override { return inner_.ring_line(owner, index); }
@@ -291,7 +293,8 @@ TEST_CASE("node allgathers and broadcasts read the peers' buffers once, and stag
       // [rank][call]: an allgather of 300 floats a rank (3 rounds of the 512-byte area when staged, one round direct),
       // one of them in place, and a broadcast of them from a root that changes every call; after each call the rank
       // changes its input, which peers must have finished reading by then.
-      std::vector<std::vector<std::vector<float>>> gathered(L, std::vector<std::vector<float>>(calls)), whole = gathered;
+      std::vector<std::vector<std::vector<float>>> gathered(L, std::vector<std::vector<float>>(calls)),
+          whole = gathered;
       std::vector<std::vector<uint64_t>> rounds(L, std::vector<uint64_t>(calls)), broadcast_rounds = rounds;
       auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
         const size_t r = static_cast<size_t>(ch.rank());
