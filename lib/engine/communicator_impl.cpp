@@ -168,8 +168,8 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   watch.heartbeat_timeout = std::chrono::milliseconds(settings_.heartbeat_timeout_ms);
   watch.connect_timeout = options_.timeout;
   watch.socket_ifname = settings_.socket_ifname;
-  auto report = [this](int rank, bool connection_closed, const std::string& reason) {
-    halt(reason, base::Failure::Lost{rank, connection_closed});
+  auto report = [this](const PeerWatch::Loss& loss) {
+    halt(loss.reason, base::Failure::Lost{loss.rank, loss.connection_closed}, loss.gave_up);
   };
   // The watch comes first, so that a rank dying anywhere in the rest of start-up is noticed at once (waits on the
   // store below give up when the watch reports it), not at the timeout. Rank 0 publishes the hub's contact, then its
@@ -217,9 +217,23 @@ void CommunicatorImpl::wait_for_keys(Store& store, const std::vector<std::string
     if (!aborted_) return;
     base::Failure failure{ErrorCode::kRemoteError, {}};
     explain_halt(failure, "Communicator::create");
-    // The rank that gave up may have done so for a rank that never arrived: say who is missing from here too.
+    // A rank that gave up (alive, it aborted) most likely timed out on a rank that never arrived, which this rank
+    // is still waiting for too: then that is the failure here as well, a timeout naming the missing, whichever
+    // rank's clock ran out first (start-up under load staggers them by seconds). A rank that died is the failure.
     try {
-      if (!store.check(keys)) failure.message += "; still waiting here: " + missing();
+      if (!store.check(keys)) {
+        const std::string absent = missing();
+        std::lock_guard<std::mutex> lock(halt_mutex_);
+        if (halt_peer_gave_up_) {
+          failure.code = ErrorCode::kTimeout;
+          failure.lost.reset();
+          failure.message = "Communicator::create: " + absent + " (communicator '" + options_.name + "'); " +
+                            halt_->message + ", before this rank's own " + std::to_string(options_.timeout.count()) +
+                            " ms ran out";
+        } else {
+          failure.message += "; still waiting here: " + absent;
+        }
+      }
     } catch (const Error&) {  // the store went with the rank that served it
     }
     base::throw_failure(failure);
@@ -348,11 +362,12 @@ void CommunicatorImpl::abort() {
   if (watch_) watch_->leave(/*aborted=*/true);  // the peers' operations with this rank cannot finish: they hear it
 }
 
-void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failure::Lost> lost) {
+void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failure::Lost> lost, bool peer_gave_up) {
   {
     std::lock_guard<std::mutex> lock(halt_mutex_);
     if (halt_) return;
     halt_ = base::Failure{ErrorCode::kRemoteError, reason, lost};
+    halt_peer_gave_up_ = peer_gave_up;
     aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
   halt_cv_.notify_all();

@@ -145,8 +145,10 @@ class CommunicatorImpl {
   /// pending requests are cancelled.
   void break_on(const std::string& what, const base::Failure& failure);
   /// Every wait gives up and every later operation fails, with `reason` (the first one given): abort(), or the
-  /// peer watch reporting a rank that died (any thread), which it names in `lost`.
-  void halt(const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt);
+  /// peer watch reporting a rank that died (any thread), which it names in `lost`; `peer_gave_up`: that rank is
+  /// alive and failed for a reason of its own.
+  void halt(const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt,
+            bool peer_gave_up = false);
   /// A failure that came from a halt (a wait gave up) says why the communicator halted; one the data path saw
   /// (a fabric error) waits a moment for the peer watch to name a dead rank behind it.
   void explain_halt(base::Failure& failure, const std::string& what);
@@ -187,6 +189,7 @@ class CommunicatorImpl {
   std::atomic<bool> aborted_{false};  // halted: every wait of every operation gives up (see halt())
   std::mutex halt_mutex_;
   std::optional<base::Failure> halt_;  // under halt_mutex_: why it halted, and the peer whose loss halted it
+  bool halt_peer_gave_up_ = false;     // under halt_mutex_: halt_ came from a peer that aborted, not one that died
   std::condition_variable halt_cv_;     // halt_ set
   std::unique_ptr<PeerWatch> watch_;  // made in bootstrap(); reports into halt()
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.

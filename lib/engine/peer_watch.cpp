@@ -291,7 +291,7 @@ class PeerWatch::Impl {
       }
       if (report_ && !reported_ && now >= report_->due) {
         reported_ = true;
-        on_failure_(report_->rank, report_->connection_closed, report_->reason);
+        on_failure_(report_->loss);
       }
       auto wake_at = next_beat;
       if (report_ && !reported_) wake_at = std::min(wake_at, report_->due);
@@ -484,7 +484,7 @@ class PeerWatch::Impl {
     const std::string reason = rank_text(rank, pid) + " " + describe(cause, options_.heartbeat_timeout);
     HIERCOLL_LOG(kWarn, "peer watch: " << reason);
     const bool connection_closed = cause == Cause::kClosed || cause == Cause::kAborted;
-    if (!report_) report_ = Report{rank, connection_closed, reason, Clock::now() + kReportGrace};
+    if (!report_) report_ = Report{{rank, connection_closed, cause == Cause::kAborted, reason}, Clock::now() + kReportGrace};
   }
 
   void say_goodbye() {
@@ -500,9 +500,7 @@ class PeerWatch::Impl {
   bool is_hub() const { return options_.rank == 0; }
 
   struct Report {
-    int rank;
-    bool connection_closed;
-    std::string reason;
+    Loss loss;
     Clock::time_point due;
   };
 

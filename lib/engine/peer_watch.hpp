@@ -36,9 +36,15 @@ class PeerWatch {
     /// HIERCOLL_SOCKET_IFNAME: the hub publishes this interface's address first.
     std::string socket_ifname;
   };
-  /// Called once, on the watch's thread, for the first rank that died, aborted or went silent;
-  /// `connection_closed` tells the first two (its connection ended) from the last (heartbeats stopped).
-  using OnFailure = std::function<void(int rank, bool connection_closed, const std::string& reason)>;
+  /// The first rank that died, aborted or went silent.
+  struct Loss {
+    int rank;
+    bool connection_closed;  ///< it died or aborted (its connection ended), rather than its heartbeats stopping
+    bool gave_up;            ///< it aborted: it is alive, and failed for a reason of its own (often a timeout)
+    std::string reason;      ///< names the rank and says what happened, for error messages
+  };
+  /// Called once, on the watch's thread.
+  using OnFailure = std::function<void(const Loss& loss)>;
 
   /// How long after a death is noticed it is reported.
   static constexpr std::chrono::milliseconds kReportGrace{300};

@@ -366,6 +366,25 @@ TEST_CASE("a rank that never arrives is named in a timeout", "[mp][errors][quick
   expect_timeouts_without_rank_3(options, "rank(s) 3 of 4 never arrived");
 }
 
+// Start-up under load staggers the ranks' clocks by seconds: the first to time out gives up, and the others hear of
+// it through the peer watch before their own timeout. They fail at once with the same cause, a timeout naming the
+// missing rank, and say who gave up first. Here rank 2's timeout is short and the others' longer than the launch's.
+TEST_CASE("a rank that never arrives is named in a timeout by all, when another rank gave up first", "[mp][errors]") {
+  auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "60000"}});
+  options.launch_only = 3;
+  options.rank_env[2] = {{"HIERCOLL_TIMEOUT_MS", "1500"}};
+  options.timeout = std::chrono::seconds(30);
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"hello"}, options);
+  INFO(result.report());
+  CHECK_FALSE(result.timed_out);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(result.ranks[r].exit_code == 3);
+    CHECK(result.ranks[r].output.find("ERROR [timeout]") != std::string::npos);
+    CHECK(result.ranks[r].output.find("rank(s) 3 of 4 never arrived") != std::string::npos);
+  }
+  for (int r = 0; r < 2; ++r) CHECK(result.ranks[r].output.find("rank 2 (pid") != std::string::npos);
+}
+
 // A rank that got through the store rendezvous but cannot talk to the others (here: another libfabric provider, whose
 // wire protocol the tcp ranks do not speak) fails the init barrier: every rank must raise a TimeoutError from the
 // constructor, not die of std::terminate with its progress thread still running.

@@ -28,9 +28,9 @@ struct Reports {
   std::condition_variable changed;
   std::vector<std::pair<int, std::string>> seen;
   PeerWatch::OnFailure callback() {
-    return [this](int rank, bool, const std::string& reason) {
+    return [this](const PeerWatch::Loss& loss) {
       std::lock_guard<std::mutex> lock(mutex);
-      seen.emplace_back(rank, reason);
+      seen.emplace_back(loss.rank, loss.reason);
       changed.notify_all();
     };
   }
