@@ -63,6 +63,7 @@ class Averager:
     def __init__(self, mpi_comm=None):
         self.mpi_comm = mpi_comm
         self.last_handover = None
+        self.last_handover_wall = None  # time.time(): comparable across the ranks of one host (--timeline-out)
         # One thread makes every MPI call (MPI_THREAD_SERIALIZED is enough) in bucket order.
         self.mpi_thread = concurrent.futures.ThreadPoolExecutor(1) if mpi_comm is not None else None
 
@@ -73,6 +74,7 @@ class Averager:
     def allreduce(self, bucket):
         tensor = bucket.buffer().div_(dist.get_world_size())
         self.last_handover = time.perf_counter()
+        self.last_handover_wall = time.time()
         if self.mpi_comm is None:
             return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
         if tensor.device.type != "cpu":

@@ -71,7 +71,12 @@ def parse_args(argv=None):
     p.add_argument("--profile-out", help="record each step's compute per layer call and write the median profile "
                                          "here at the end ({rank} in the name: one file per rank): what "
                                          "examples/albert_replay replays")
+    p.add_argument("--timeline-out", help="write each step's wall-clock times of the last bucket's hand-over and of "
+                                           "backward's end here at the end, {rank} in the name (one file per "
+                                           "rank); examples/albert_hf/timeline.py lines the ranks up")
     args = p.parse_args(argv)
+    if args.timeline_out and "{rank}" not in args.timeline_out:
+        raise SystemExit("--timeline-out needs {rank} in the name (one file per rank)")
     for name in ("batch", "accum", "steps", "seq_len", "vocab_size", "log_every", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
@@ -170,6 +175,7 @@ def train(args):
     # Throughput is timed from the end of the first step (start-up and the loader's first batches excluded).
     timed = {"t": None, "steps": 0, "comm": 0.0, "data": 0.0}
     last_loss = float("nan")
+    timeline = []  # --timeline-out: per step, when the last bucket was handed over and when backward ended
     for step in range(start, steps):
         comm_wait = data_wait = 0.0
         step_start = time.perf_counter()
@@ -191,6 +197,9 @@ def train(args):
                     torch.cuda.synchronize()
                 backward_end = time.perf_counter()
                 comm_wait = averager.exposed_wait(backward_end)
+                if args.timeline_out:
+                    timeline.append({"step": step, "handover": averager.last_handover_wall,
+                                     "backward_end": time.time()})
             with torch.no_grad():
                 masked = batch["labels"] != -100
                 correct = (out.logits.argmax(-1)[masked] == batch["labels"][masked]).sum()
@@ -240,6 +249,9 @@ def train(args):
               num_workers=args.num_workers, final_loss=round(last_loss, 6),
               samples_per_s=round(timed["steps"] * per_step / seconds, 3) if timed["steps"] else None,
               comm_wait_s=round(timed["comm"], 4), data_wait_s=round(timed["data"], 4), seconds=round(seconds, 3))
+    if args.timeline_out:
+        with open(args.timeline_out.format(rank=rank), "w") as f:
+            json.dump({"rank": rank, "backend": averager.name, "steps": timeline}, f)
     del batches  # stops the loader's workers before the group goes
     release_ddp_then_destroy_group(ddp)
 

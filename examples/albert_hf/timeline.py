@@ -1,0 +1,53 @@
+"""Lines up the ranks' step timelines (train.py --timeline-out) to split a step's exposed communication into its two
+parts: waiting for the slowest rank to finish backward (the spread of the ranks' hand-overs of their last bucket),
+and the collective itself once every rank has handed over (from the last hand-over to the last backward's end).
+comm wait in train.py's summary is the two together, averaged over the ranks; only the second depends on the
+backend. Wall clocks: exact for ranks on one host (the emulated nodes); across machines, off by their clocks' skew.
+
+    python examples/albert_hf/timeline.py 'OUT/timeline-{rank}.json' [more patterns: one line each]
+"""
+import glob
+import json
+import statistics
+import sys
+
+
+def load(pattern):
+    files = sorted(glob.glob(pattern.replace("{rank}", "*")))
+    if not files:
+        raise SystemExit(f"timeline: no files match {pattern}")
+    ranks = [json.load(open(f)) for f in files]
+    steps = min(len(r["steps"]) for r in ranks)
+    if steps < 3:
+        raise SystemExit(f"timeline: {pattern}: {steps} steps, need at least 3 (the first is left out)")
+    return ranks, steps
+
+
+def summary(ranks, steps):
+    """Medians over the steps after the first (start-up), in milliseconds."""
+    spread, collective, period = [], [], []
+    for i in range(1, steps):
+        handovers = [r["steps"][i]["handover"] for r in ranks]
+        ends = [r["steps"][i]["backward_end"] for r in ranks]
+        spread.append(max(handovers) - min(handovers))
+        collective.append(max(ends) - max(handovers))
+        if i > 1:
+            period.append(max(ends) - max(r["steps"][i - 1]["backward_end"] for r in ranks))
+    ms = lambda xs: 1e3 * statistics.median(xs)
+    return {"backend": ranks[0]["backend"], "ranks": len(ranks), "steps": steps - 1, "handover_spread_ms": ms(spread),
+            "collective_ms": ms(collective), "step_ms": ms(period)}
+
+
+def main(patterns):
+    if not patterns:
+        raise SystemExit(__doc__)
+    print("| backend | ranks | steps | hand-over spread (ms) | last hand-over to last backward end (ms) | step (ms) |")
+    print("|---|---|---|---|---|---|")
+    for pattern in patterns:
+        s = summary(*load(pattern))
+        print(f"| {s['backend']} | {s['ranks']} | {s['steps']} | {s['handover_spread_ms']:.0f} | "
+              f"{s['collective_ms']:.0f} | {s['step_ms']:.0f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
