@@ -164,8 +164,8 @@ def noise_note(studies):
 
 
 def one_node_pairs(studies):
-    """The spread of hiercoll/gloo over the repeats of one node, where no link is crossed and the 3.3 MB allreduce
-    is under a hundredth of a step on either backend: what the VM alone does to a ratio."""
+    """The spread of hiercoll/gloo over the repeats of one node, where no link is crossed and the allreduce is a
+    small part of a step on either backend: about what the VM alone does to a ratio."""
     ratios = [r for st in studies for r in st.pair_ratios(1, "gloo")]
     if len(ratios) < 2:
         return ""

@@ -16,7 +16,10 @@ def load(pattern):
     files = sorted(glob.glob(pattern.replace("{rank}", "*")))
     if not files:
         raise SystemExit(f"timeline: no files match {pattern}")
-    ranks = [json.load(open(f)) for f in files]
+    ranks = []
+    for name in files:
+        with open(name) as f:
+            ranks.append(json.load(f))
     steps = min(len(r["steps"]) for r in ranks)
     if steps < 3:
         raise SystemExit(f"timeline: {pattern}: {steps} steps, need at least 3 (the first is left out)")
@@ -25,28 +28,30 @@ def load(pattern):
 
 def summary(ranks, steps):
     """Medians over the steps after the first (start-up), in milliseconds."""
-    spread, collective, period = [], [], []
+    spread, collective, end_spread, period = [], [], [], []
     for i in range(1, steps):
         handovers = [r["steps"][i]["handover"] for r in ranks]
         ends = [r["steps"][i]["backward_end"] for r in ranks]
         spread.append(max(handovers) - min(handovers))
         collective.append(max(ends) - max(handovers))
+        end_spread.append(max(ends) - min(ends))  # how far apart the ranks start the next step
         if i > 1:
             period.append(max(ends) - max(r["steps"][i - 1]["backward_end"] for r in ranks))
     ms = lambda xs: 1e3 * statistics.median(xs)
     return {"backend": ranks[0]["backend"], "ranks": len(ranks), "steps": steps - 1, "handover_spread_ms": ms(spread),
-            "collective_ms": ms(collective), "step_ms": ms(period)}
+            "collective_ms": ms(collective), "end_spread_ms": ms(end_spread), "step_ms": ms(period)}
 
 
 def main(patterns):
     if not patterns:
         raise SystemExit(__doc__)
-    print("| backend | ranks | steps | hand-over spread (ms) | last hand-over to last backward end (ms) | step (ms) |")
-    print("|---|---|---|---|---|---|")
+    print("| backend | ranks | steps | hand-over spread (ms) | last hand-over to last backward end (ms) "
+          "| backward ends' spread (ms) | step (ms) |")
+    print("|---|---|---|---|---|---|---|")
     for pattern in patterns:
         s = summary(*load(pattern))
         print(f"| {s['backend']} | {s['ranks']} | {s['steps']} | {s['handover_spread_ms']:.0f} | "
-              f"{s['collective_ms']:.0f} | {s['step_ms']:.0f} |")
+              f"{s['collective_ms']:.0f} | {s['end_spread_ms']:.0f} | {s['step_ms']:.0f} |")
 
 
 if __name__ == "__main__":
