@@ -253,22 +253,21 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
 }
 
 bool CommunicatorImpl::take_caller_turn() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || aborted_ || broken_ || !progress_idle_ || !queue_.empty() || caller_running_) {
-    return false;  // the progress thread runs it, after what is ahead of it, or fails it as it should
-  }
-  caller_running_ = true;
-  return true;
+  // Anything but an idle progress thread with nothing queued, and the communicator open: the progress thread runs
+  // the operation, after what is ahead of it, or fails it as it should.
+  if (aborted_.load(std::memory_order_relaxed)) return false;
+  uint32_t idle = 0;
+  return turn_.compare_exchange_strong(idle, kTurnCaller, std::memory_order_acquire, std::memory_order_relaxed);
 }
 
 void CommunicatorImpl::end_caller_turn() {
-  bool queued;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    caller_running_ = false;
-    queued = !queue_.empty();  // another thread enqueued meanwhile: the progress thread may go on
+  const uint32_t before = turn_.fetch_and(~kTurnCaller, std::memory_order_acq_rel);
+  if ((before & (kTurnBusy | kTurnClosed)) != 0) {
+    // Another thread enqueued (or the communicator closed) meanwhile, and the progress thread went back to sleep
+    // seeing this turn. Taking mutex_ first orders this wake-up after its check of the word, or before it.
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    queue_cv_.notify_all();
   }
-  if (queued) queue_cv_.notify_one();
 }
 
 std::optional<Work> CommunicatorImpl::run_here(Op& op) {

@@ -345,6 +345,7 @@ void CommunicatorImpl::stop_progress() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    turn_.fetch_or(kTurnClosed, std::memory_order_relaxed);
   }
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -405,6 +406,7 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
     if (stopping_) throw InvalidUsageError(op.what + ": the communicator was aborted or destroyed");
     if (op.collective) op.flight_seq = flight_.queued(op.what);  // under mutex_: numbered in queue order
     queue_.push_back(std::move(op));
+    turn_.fetch_or(kTurnBusy, std::memory_order_relaxed);  // no caller's turn begins until the queue is empty
   }
   queue_cv_.notify_one();
   return work;
@@ -620,6 +622,7 @@ void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, boo
 
 void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {
   broken_ = failure;
+  turn_.fetch_or(kTurnClosed, std::memory_order_release);  // later operations go to the progress thread, which fails them
   HIERCOLL_LOG(kWarn, failure.message);
   // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
   endpoint_->cancel_all(what + " failed");
@@ -689,9 +692,12 @@ void CommunicatorImpl::progress_loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (queue_.empty() && p2p_.empty()) {
-        progress_idle_ = true;
-        queue_cv_.wait(lock, [&] { return (!queue_.empty() || stopping_) && !caller_running_; });
-        progress_idle_ = false;
+        // Idle: a caller may take its turn (release: what this thread did before is visible to it).
+        turn_.fetch_and(~kTurnBusy, std::memory_order_release);
+        queue_cv_.wait(lock, [&] {
+          return (!queue_.empty() || stopping_) && (turn_.load(std::memory_order_acquire) & kTurnCaller) == 0;
+        });
+        // Busy again: push() or stop_progress() set the word's bit before it woke this thread.
       }
       if (queue_.empty()) {
         if (stopping_ && (p2p_.empty() || aborted_)) break;
