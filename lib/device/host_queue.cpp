@@ -45,6 +45,13 @@ constexpr unsigned kPollsPerCheck = 64;
 thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
 // A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
 constexpr std::chrono::milliseconds kSleepSlice{10};
+// A signal stores the generation and then reads the sleeper count with no fence between (HostQueue::signal), so its
+// read may pass its store: it can see no sleeper while its generation still waits in its core's store buffer, to
+// become visible a few hundred nanoseconds later. A waiter that counted itself a sleeper therefore looks at the
+// flag for this long before it sleeps: by then any store issued before its count became visible is visible too
+// (a store buffer drains in far less; a vCPU's does when it leaves the CPU). Should a signal still be missed, the
+// sleeper wakes at its slice's end. What the fence cost instead was paid by every signal.
+constexpr std::chrono::microseconds kWakeGrace{2};
 
 // What every wait checks between looks at its flag: the abort switch, then the deadline. `local_rank` names whom a
 // timeout waited for (-1: the queue, for host_wait).
@@ -95,10 +102,19 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
       std::this_thread::yield();
       continue;
     }
-    // Counted as a sleeper first, then the generation read again (both sequentially consistent, as the signaller's
-    // store and load): either this thread sees the new generation, or the signaller sees the sleeper and wakes it.
+    // Counted as a sleeper first, then the generation read again for kWakeGrace: either this thread sees the new
+    // generation, or the signaller sees the sleeper and wakes it.
     sleepers(flag).fetch_add(1, std::memory_order_seq_cst);
-    const uint64_t seen = flag_word(flag, 0).load(std::memory_order_seq_cst);
+    uint64_t seen = flag_word(flag, 0).load(std::memory_order_seq_cst);
+    for (const auto grace_until = std::chrono::steady_clock::now() + kWakeGrace;
+         seen < generation && std::chrono::steady_clock::now() < grace_until;) {
+      if (yield_at_once) {
+        std::this_thread::yield();  // a peer sharing this core may be the one to signal
+      } else {
+        base::cpu_relax();
+      }
+      seen = flag_word(flag, 0).load(std::memory_order_acquire);
+    }
     if (seen < generation) {
       const auto left = std::min<std::chrono::nanoseconds>(context.deadline - now, kSleepSlice);
       futex_wait(flag, static_cast<uint32_t>(seen), std::max(left, std::chrono::nanoseconds(1000)));
@@ -140,9 +156,12 @@ void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {
 }
 
 void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) {
+  // No fence between the store and the load (see kWakeGrace): a sequentially consistent store waits for the line
+  // to come from the core that polls it, and the signalling rank would stall there at every call (2 ranks, 8 B
+  // allreduce: 0.42 -> 0.36 us without it, medians of 11 alternated runs).
   flag_word(flag, 1).store(signature, std::memory_order_relaxed);
-  flag_word(flag, 0).store(generation, std::memory_order_seq_cst);  // release, and ordered before the load below
-  if (sleepers(flag).load(std::memory_order_seq_cst) != 0) futex_wake(flag);
+  flag_word(flag, 0).store(generation, std::memory_order_release);
+  if (sleepers(flag).load(std::memory_order_relaxed) != 0) futex_wake(flag);
 }
 
 void HostQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
