@@ -18,7 +18,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_NET_LAT_US", "30"},
       {"HIERCOLL_NET_PROBE_BYTES", "8M"},
       {"HIERCOLL_SHM_BW_GBPS", "4"},
-      {"HIERCOLL_SHM_LAT_US", "5"},
+      {"HIERCOLL_SHM_LAT_US", "2"},
       {"HIERCOLL_SHM_PIECE_BYTES", ""},
       {"HIERCOLL_NET_STAGING", "0"},
       {"HIERCOLL_CALLER_THREAD", "1"},
