@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")
 LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+PEERS = os.path.join(ROOT, ".peers")  # Intel MPI and MPICH from PyPI, each in its own prefix (bench-peers)
 
 
 def perf(collective):
@@ -40,9 +41,9 @@ def rows(output):
     return result
 
 
-def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
-    """The output of <collective>_perf `args`, started by hiercoll_launch: `ranks` ranks on loopback, or layout =
-    (nodes, ranks per node) on the emulated cluster (which must be up; netns=False: nodes told apart by
+def launch_command(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
+    """The command line that starts <collective>_perf `args` with hiercoll_launch: `ranks` ranks on loopback, or
+    layout = (nodes, ranks per node) on the emulated cluster (which must be up; netns=False: nodes told apart by
     HIERCOLL_NODE_ID on loopback, the link unshaped). `env`: NAME=VALUE for every rank."""
     nodes, per_node = layout or (1, ranks)
     cmd = [LAUNCH, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
@@ -50,7 +51,55 @@ def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layo
     cmd += ["--netns", "hc"] if layout and netns else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]
     for e in env:
         cmd += ["-x", e]
-    return run(cmd + ["--", perf(collective), "--backend", backend] + args)
+    return cmd + ["--", perf(collective), "--backend", backend] + args
+
+
+def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
+    """The output of <collective>_perf `args`, started by hiercoll_launch (see launch_command)."""
+    return run(launch_command(args, env, backend, collective, layout, ranks, netns))
+
+
+def mpi_command(which, nodes, per_node, collective="allreduce"):
+    """(command prefix, environment) that starts nodes x per_node ranks of the allreduce benchmark built against
+    `which`: on this host (nodes == 1), or across the emulated cluster's namespaces (scripts/cluster, which must be
+    up), each its own host name, TCP between them on their NIC, shared memory within one."""
+    ranks = nodes * per_node
+    oversubscribed = ranks > os.cpu_count()
+    env = dict(os.environ)
+    tool = perf(collective)
+    rsh = os.path.join(ROOT, "scripts", "netns-rsh")
+    hosts = ",".join(f"hc{n}" for n in range(nodes))
+    in_first_node = ["ip", "netns", "exec", "hc0"] if nodes > 1 else []
+    if which == "open mpi":
+        if nodes > 1:  # mpirun-cluster sets mpi_yield_when_idle where the nodes' ranks outnumber the cores
+            env["MPIRUN_CLUSTER_BTL"] = "vader,tcp,self"
+            cmd = [os.path.join(ROOT, "scripts", "mpirun-cluster"), str(nodes), str(per_node), "--"]
+        else:
+            cmd = ["mpirun", "--allow-run-as-root", "-np", str(ranks)]
+            cmd += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"] if oversubscribed else []
+    elif which == "mpich":
+        cmd = in_first_node + [os.path.join(PEERS, "mpich", "bin", "mpirun"), "-np", str(ranks)]
+        if nodes > 1:
+            # UCX, its network module, finds every "node" on one machine and would join them by shared memory;
+            # on a real cluster it uses the network, so here it is held to TCP on the nodes' NIC.
+            cmd += ["-launcher", "rsh", "-launcher-exec", rsh, "-iface", "hcnic", "-hosts", hosts,
+                    "-ppn", str(per_node)]
+            env.update(UCX_TLS="tcp,self", UCX_NET_DEVICES="hcnic")
+        tool += "_mpich"
+        if oversubscribed:
+            env.update(MPIR_CVAR_CH4_PROGRESS_THROTTLE="1", MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT="10")
+    else:
+        prefix = os.path.join(PEERS, "impi")
+        env.update(I_MPI_ROOT=prefix, I_MPI_FABRICS="shm", PATH=os.path.join(prefix, "bin") + ":" + env["PATH"])
+        cmd = in_first_node + [os.path.join(prefix, "bin", "mpirun"), "-np", str(ranks)]
+        if nodes > 1:
+            # Each namespace looks like a node of its own to Intel MPI, which then neither sees the oversubscription
+            # nor spreads the nodes' ranks over the cores: wait mode, unpinned (pinned it took 27 us for 8 B, not 15).
+            cmd += ["-bootstrap", "rsh", "-bootstrap-exec", rsh, "-hosts", hosts, "-ppn", str(per_node)]
+            env.update(I_MPI_FABRICS="shm:ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="hcnic", I_MPI_HYDRA_IFACE="hcnic",
+                       I_MPI_WAIT_MODE="1", I_MPI_PIN="0")
+        tool += "_impi"
+    return cmd + [tool, "--backend", "mpi"], env
 
 
 def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
@@ -73,7 +122,7 @@ def ring_vs_hier(nodes, per_node, max_bytes, netns):
 
 def alternated(rounds, runs):
     """Each of `runs` (name: a function giving a series), `rounds` times in turn, and per size the run of median
-    time. Small-message times on this 2-core machine move by 2x from run to run with where the scheduler put the
+    time (its "times": every run's, fastest first). Small-message times on this 2-core machine move by 2x from run to run with where the scheduler put the
     ranks, for every backend alike; one run each, in a row, compares two draws rather than two libraries."""
     draws = {name: [] for name in runs}
     for _ in range(rounds):
@@ -84,7 +133,8 @@ def alternated(rounds, runs):
         merged = []
         for i, row in enumerate(series[0]):
             at_size = sorted((s[i] for s in series), key=lambda r: r["time"])
-            merged.append(dict(at_size[len(at_size) // 2], wrong=sum(r["wrong"] for r in at_size)))
+            merged.append(dict(at_size[len(at_size) // 2], wrong=sum(r["wrong"] for r in at_size),
+                               times=[r["time"] for r in at_size]))  # every run's, fastest first
         result[name] = merged
     return result
 
