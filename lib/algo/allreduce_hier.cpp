@@ -228,7 +228,8 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather
   // of piece p-1 are issued.
   const size_t pieces = (count + piece - 1) / piece;
-  std::vector<Piece> ready;  // pieces handed to the network stage, oldest first
+  std::vector<Piece> ready;  // pieces handed to the network stage, oldest first (at most two)
+  ready.reserve(2);
   for (size_t index = 0; index <= pieces; ++index) {
     if (index < pieces) {
       ready.push_back(reduce_scatter_phase(index));

@@ -8,8 +8,12 @@
 
 namespace hiercoll::algo {
 
+// Each reserves its n parts first: the hierarchical allreduce cuts every piece so, and growing the vectors one
+// element at a time was a tenth of the library's own time in a 2-rank 32 KB allreduce (scripts/profile-cell).
 Segments Segments::even(size_t total, int n) {
   Segments s;
+  s.offset.reserve(static_cast<size_t>(n));
+  s.count.reserve(static_cast<size_t>(n));
   size_t base = total / static_cast<size_t>(n), extra = total % static_cast<size_t>(n), at = 0;
   for (int i = 0; i < n; ++i) {
     size_t c = base + (static_cast<size_t>(i) < extra ? 1 : 0);
@@ -21,18 +25,27 @@ Segments Segments::even(size_t total, int n) {
 }
 
 Segments Segments::aligned(size_t total, int n, size_t multiple) {
-  Segments units = even((total + multiple - 1) / multiple, n);
+  // even() over whole units of `multiple` elements, each part then clipped to the total.
+  const size_t units = (total + multiple - 1) / multiple, parts = static_cast<size_t>(n);
+  const size_t base = units / parts, extra = units % parts;
   Segments s;
-  for (int i = 0; i < n; ++i) {
-    size_t at = std::min(total, units.offset[i] * multiple);
+  s.offset.reserve(parts);
+  s.count.reserve(parts);
+  size_t unit = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const size_t c = base + (i < extra ? 1 : 0);
+    const size_t at = std::min(total, unit * multiple);
     s.offset.push_back(at);
-    s.count.push_back(std::min(total - at, units.count[i] * multiple));
+    s.count.push_back(std::min(total - at, c * multiple));
+    unit += c;
   }
   return s;
 }
 
 Segments Segments::blocks(size_t block, int n) {
   Segments s;
+  s.offset.reserve(static_cast<size_t>(n));
+  s.count.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     s.offset.push_back(block * static_cast<size_t>(i));
     s.count.push_back(block);
