@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(ROOT, "build")
+BUILD = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))  # as scripts/build: the build directory
 LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 PEERS = os.path.join(ROOT, ".peers")  # Intel MPI and MPICH from PyPI, each in its own prefix (bench-peers)
