@@ -83,8 +83,8 @@ void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkSt
   //   (2) local rank 0 allreduces `out` over its rail with the other nodes' local rank 0;
   //   (3) it broadcasts the result to the node (broadcast_node, which the others wait in).
   // Slot safety: local rank 0 reads round t before it broadcasts the result, and every other rank waits for that
-  // broadcast before it stages a later round. (The broadcast is round t+1, or for a few bytes an entry of local
-  // rank 0's ring, which takes no round.)
+  // broadcast before it stages a later round. (The broadcast is round t+1, or up to a ring entry's size an entry of
+  // local rank 0's ring, which takes no round.)
   transport::PeerMemory& peers = *m.peers;
   const int L = peers.local_size(), l = peers.local_rank();
   const size_t bytes = count * dtype_size(type);

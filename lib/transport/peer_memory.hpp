@@ -36,6 +36,10 @@ class PeerMemory {
   virtual int ring_lines() const { return 0; }
   virtual uint64_t* ring_line(int /*owner*/, int /*index*/) const { return nullptr; }
   virtual uint64_t* ring_read(int /*reader*/) const { return nullptr; }
+  /// Data too large for an entry's flag line goes in the entry's data block (ring_entry_bytes() of them; 0: none),
+  /// written before the entry is signalled and read after it is seen, like the line's own payload.
+  virtual size_t ring_entry_bytes() const { return 0; }
+  virtual uint8_t* ring_data(int /*owner*/, int /*index*/) const { return nullptr; }
 
   /// Single-copy reads of another local rank's own memory, its caller's buffers (host memory: Linux cross-memory
   /// attach, process_vm_readv), so that data which only moves (allgather, broadcast) is copied once instead of

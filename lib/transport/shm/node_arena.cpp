@@ -18,10 +18,14 @@ constexpr size_t kLine = 128;
 size_t flag_lines(int local_size, int slots) {
   return static_cast<size_t>(local_size) * kFlagKinds * static_cast<size_t>(slots);
 }
+
+size_t ring_lines_end(int local_size, int slots) {  // the byte after the last ring's ring_read flag
+  return (flag_lines(local_size, slots) + static_cast<size_t>(local_size) * (NodeArena::kRingLines + 1)) * kLine;
+}
 }  // namespace
 
 size_t NodeArena::header_bytes(int local_size, int slots) {
-  return (flag_lines(local_size, slots) + static_cast<size_t>(local_size) * (kRingLines + 1)) * kLine;
+  return ring_lines_end(local_size, slots) + static_cast<size_t>(local_size) * kRingLines * kRingEntryBytes;
 }
 
 size_t NodeArena::segment_bytes(int local_size, int slots, size_t area_bytes) {
@@ -67,6 +71,11 @@ uint64_t* NodeArena::ring_line(int owner, int index) const {
 }
 
 uint64_t* NodeArena::ring_read(int reader) const { return line(ring_start(reader) + kRingLines); }
+
+uint8_t* NodeArena::ring_data(int owner, int index) const {
+  return static_cast<uint8_t*>(segment_.data()) + ring_lines_end(local_size_, slots_) +
+         (static_cast<size_t>(owner) * kRingLines + static_cast<size_t>(index % kRingLines)) * kRingEntryBytes;
+}
 
 size_t NodeArena::flag_payload_bytes() const { return kLine - kFlagPayloadOffset; }
 

@@ -2,8 +2,9 @@
 // NodeArena: one shared-memory segment per node through which its local ranks exchange host data.
 //
 // Layout: a header of flags (128 bytes each, by owner, kind and slot), then per owner its ring of kRingLines
-// flags and its ring_read flag, then slots x local_size data areas of `area_bytes` each. The segment is zero-filled
-// when made, so every flag starts at generation 0.
+// flags and its ring_read flag, then per owner its ring's data blocks (kRingLines x kRingEntryBytes), then slots x
+// local_size data areas of `area_bytes` each. The segment is zero-filled when made, so every flag starts at
+// generation 0.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,15 +34,20 @@ class NodeArena final : public PeerMemory {
   int ring_lines() const override { return kRingLines; }
   uint64_t* ring_line(int owner, int index) const override;
   uint64_t* ring_read(int reader) const override;
+  size_t ring_entry_bytes() const override { return kRingEntryBytes; }
+  uint8_t* ring_data(int owner, int index) const override;
   uint64_t direct_token() const override;
   bool direct_read(uint64_t token, void* to, const void* from, size_t bytes) const override;
 
   /// Entries of a rank's ring: how many small broadcasts a root may run ahead of the slowest local rank.
   static constexpr int kRingLines = 32;
+  /// The largest broadcast a ring entry carries (its data block). Up to this size a broadcast's root runs ahead of
+  /// its readers instead of in lock step with them through the slots' rounds (2 ranks, 4 KB: see broadcast_node).
+  static constexpr size_t kRingEntryBytes = 4096;
 
  private:
   NodeArena(ShmSegment segment, int local_rank, int local_size, int slots, size_t area_bytes);
-  static size_t header_bytes(int local_size, int slots);  // the flags, then the rings
+  static size_t header_bytes(int local_size, int slots);  // the flags, the rings, the rings' data
   uint64_t* line(size_t index) const;
   size_t ring_start(int owner) const;  // the line index of `owner`'s ring; its ring_read flag follows it
   static size_t segment_bytes(int local_size, int slots, size_t area_bytes);
