@@ -271,8 +271,9 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   // A few bytes ride in a flag line: an entry of the root's ring where the peer memory has rings, else the root's
   // flag line of the round (as in allreduce_one_shot).
   // Up to a ring entry's size, through the root's ring: its root runs ahead instead of in lock step with the others
-  // through the rounds below, where every call needs every rank to have run (2 ranks, 4 KB: 0.78 us against 1.06
-  // staged; 4 ranks on 2 cores, 512 B: against 4.2 us).
+  // through the rounds below, where every call needs every rank to have run (medians of 7 alternated runs, ring
+  // against rounds: 2 ranks, 512 B 0.43 against 0.49 us, 4 KB 0.88 against 1.13; 4 ranks on 2 cores, 512 B 1.24
+  // against 3.81, 4 KB 1.69 against 4.45).
   const bool tiny = bytes <= peers.flag_payload_bytes();
   if (peers.ring_lines() > 0 && bytes <= std::max(peers.flag_payload_bytes(), peers.ring_entry_bytes())) {
     return broadcast_ring(m, wait, in, out, bytes, root, signature);
