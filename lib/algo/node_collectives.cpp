@@ -203,8 +203,8 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
 namespace {
 
 // A small broadcast through the root's ring (PeerMemory::ring_line, and ring_data beyond the line's payload): an
-// eager send, as MPI's shared-memory transports make one. Broadcast b (counted by every rank) goes in entry b of the root's ring, with generation b;
-// the others wait for it, copy it out and count it read (ring_read). The root waits for no one unless it would
+// eager send, as MPI's shared-memory transports make one. Broadcast b (counted by every rank) goes in entry b of
+// the root's ring, with generation b; the others wait for it, copy it out and count it read (ring_read). The root waits for no one unless it would
 // overwrite an entry someone has not read yet, the one of broadcast b - K or earlier, so it may run up to K
 // broadcasts ahead of the slowest rank. In the rounds (below) it runs at most one ahead, and every call moves the
 // root's flag line to the others and theirs back (2 ranks, 8 B back to back: 0.22-0.33 us a call, Open MPI
@@ -268,12 +268,11 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   // (allreduce_hier's allgather of a piece runs after the reduce-scatter of the next one signals). So before
   // staging round g the root waits for every flag of round g-1 (any signature: that round may have been another
   // operation's); the others signal round g, then wait for the root's, checking its signature.
-  // A few bytes ride in a flag line: an entry of the root's ring where the peer memory has rings, else the root's
-  // flag line of the round (as in allreduce_one_shot).
-  // Up to a ring entry's size, through the root's ring: its root runs ahead instead of in lock step with the others
-  // through the rounds below, where every call needs every rank to have run (medians of 7 alternated runs, ring
-  // against rounds: 2 ranks, 512 B 0.43 against 0.49 us, 4 KB 0.88 against 1.13; 4 ranks on 2 cores, 512 B 1.24
-  // against 3.81, 4 KB 1.69 against 4.45).
+  // Up to a ring entry's size, where the peer memory has rings, a broadcast goes through the root's ring instead:
+  // its root runs ahead rather than in lock step with the others through the rounds below, where every call needs
+  // every rank to have run (medians of 7 alternated runs, ring against rounds: 2 ranks, 512 B 0.43 against 0.49
+  // us, 4 KB 0.88 against 1.13; 4 ranks on 2 cores, 512 B 1.24 against 3.81, 4 KB 1.69 against 4.45). Without
+  // rings, a few bytes ride in the root's flag line of the round (as in allreduce_one_shot).
   const bool tiny = bytes <= peers.flag_payload_bytes();
   if (peers.ring_lines() > 0 && bytes <= std::max(peers.flag_payload_bytes(), peers.ring_entry_bytes())) {
     return broadcast_ring(m, wait, in, out, bytes, root, signature);

@@ -266,7 +266,7 @@ void CommunicatorImpl::end_caller_turn() {
     // Another thread enqueued (or the communicator closed) meanwhile, and the progress thread went back to sleep
     // seeing this turn. Taking mutex_ first orders this wake-up after its check of the word, or before it.
     { std::lock_guard<std::mutex> lock(mutex_); }
-    queue_cv_.notify_all();
+    queue_cv_.notify_one();  // the progress thread is its only waiter
   }
 }
 

@@ -622,7 +622,7 @@ void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, boo
 
 void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {
   broken_ = failure;
-  turn_.fetch_or(kTurnClosed, std::memory_order_release);  // later operations go to the progress thread, which fails them
+  turn_.fetch_or(kTurnClosed, std::memory_order_release);  // later operations go to the progress thread: it fails them
   HIERCOLL_LOG(kWarn, failure.message);
   // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
   endpoint_->cancel_all(what + " failed");
@@ -697,7 +697,7 @@ void CommunicatorImpl::progress_loop() {
         queue_cv_.wait(lock, [&] {
           return (!queue_.empty() || stopping_) && (turn_.load(std::memory_order_acquire) & kTurnCaller) == 0;
         });
-        // Busy again: push() or stop_progress() set the word's bit before it woke this thread.
+        // Woken by push() (which set kTurnBusy) or stop_progress() (kTurnClosed): no caller's turn begins now.
       }
       if (queue_.empty()) {
         if (stopping_ && (p2p_.empty() || aborted_)) break;
