@@ -348,6 +348,7 @@ void CommunicatorImpl::stop_progress() {
     turn_.fetch_or(kTurnClosed, std::memory_order_relaxed);
   }
   queue_cv_.notify_all();
+  if (asleep_in_endpoint_.load(std::memory_order_acquire)) endpoint_->wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -372,6 +373,7 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
     aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
   halt_cv_.notify_all();
+  endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   queue_cv_.notify_all();
@@ -409,6 +411,7 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
     turn_.fetch_or(kTurnBusy, std::memory_order_relaxed);  // no caller's turn begins until the queue is empty
   }
   queue_cv_.notify_one();
+  if (asleep_in_endpoint_.load(std::memory_order_acquire)) endpoint_->wake();
   return work;
 }
 
@@ -701,12 +704,16 @@ void CommunicatorImpl::progress_loop() {
       }
       if (queue_.empty()) {
         if (stopping_ && (p2p_.empty() || aborted_)) break;
+        // Only point-to-point work is pending: sleep in the endpoint until it completes. Set under mutex_, with the
+        // queue seen empty, so that a push() after the unlock sees it and wakes the endpoint.
+        if (!aborted_) asleep_in_endpoint_.store(true, std::memory_order_relaxed);
         lock.unlock();
         if (aborted_) {  // halted: point-to-point work still pending fails now
           fail_pending_p2p();
           continue;
         }
-        endpoint_->progress(std::chrono::milliseconds(1));  // only point-to-point work is pending
+        endpoint_->progress(kP2pSleep);
+        asleep_in_endpoint_.store(false, std::memory_order_relaxed);
         poll_p2p();
         continue;
       }

@@ -191,6 +191,10 @@ class CommunicatorImpl {
   static constexpr uint32_t kTurnCaller = 1, kTurnBusy = 2, kTurnClosed = 4;
   std::atomic<uint32_t> turn_{kTurnBusy};
   std::atomic<bool> aborted_{false};  // halted: every wait of every operation gives up (see halt())
+  // The progress thread sleeps in the endpoint for point-to-point work (set under mutex_): push() wakes it. The
+  // slice bounds how late a point-to-point timeout is reported.
+  std::atomic<bool> asleep_in_endpoint_{false};
+  static constexpr std::chrono::milliseconds kP2pSleep{50};
   std::mutex halt_mutex_;
   std::optional<base::Failure> halt_;  // under halt_mutex_: why it halted, and the peer whose loss halted it
   bool halt_peer_gave_up_ = false;     // under halt_mutex_: halt_ came from a peer that aborted, not one that died

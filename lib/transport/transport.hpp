@@ -54,6 +54,10 @@ class Endpoint {
   /// Drives communication and completes requests; returns after at least one completion or `max_block`.
   /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off.
   virtual void progress(std::chrono::microseconds max_block) = 0;
+  /// Makes a progress() blocked in another thread return now. Thread-safe; the one call an endpoint takes from a
+  /// thread other than its driver's (the communicator halting, new work for a thread that sleeps in the endpoint).
+  /// Lets waits block for long stretches instead of waking every few milliseconds to look at flags.
+  virtual void wake() = 0;
   /// Cancels everything still posted; their requests fail with `reason`.
   virtual void cancel_all(const std::string& reason) = 0;
 };

@@ -431,6 +431,30 @@ TEST_CASE("survivors of a dead rank abort and form a new communicator (elastic r
   }
 }
 
+TEST_CASE("a wait asleep in the network ends when it must: at abort(), and for new work beside a pending receive",
+          "[mp][errors]") {
+  auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "20000"}});
+  options.node_of = {0, 1};  // the fabric between them, where a wait sleeps in fi_cq_sread
+  auto result = launch(2, HIERCOLL_MP_WORKER, {"wake"}, options);
+  INFO(result.report());
+  REQUIRE(result.all_ok());
+  std::map<std::string, std::vector<double>> ms;
+  std::istringstream lines(result.ranks[1].output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string head, kind;
+    double value = 0;
+    if (words >> head >> kind >> value && head == "WAKE_MS") ms[kind].push_back(value);
+  }
+  // Unwoken, each would take the rest of its 50 ms slice: about 25 ms (run_wake). Medians of 3, for load.
+  for (const char* kind : {"collective", "recv", "push"}) {
+    REQUIRE(ms[kind].size() == 3);
+    std::sort(ms[kind].begin(), ms[kind].end());
+    INFO(kind << ": " << ms[kind][0] << ", " << ms[kind][1] << ", " << ms[kind][2] << " ms");
+    CHECK(ms[kind][1] < 12.0);
+  }
+}
+
 TEST_CASE("soak: thousands of random checked collectives leak nothing", "[mp][soak]") {
   auto options = loopback({{"HIERCOLL_SOAK_ITERATIONS", "4000"}, {"HIERCOLL_CHUNK_BYTES", "32K"}});
   options.node_of = {0, 0, 1, 1};

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -505,6 +506,58 @@ void run_elastic(Communicator& comm) {
   std::printf("restarted as rank %d of %d\n", new_rank, new_size);
 }
 
+// Waits asleep in the network end when they must, not at the end of their sleep slice (50 ms): rank 1 of 2 (on
+// nodes of their own, so the data path is the fabric) times, three times each, (a) how long after abort() a
+// collective asleep in the network fails, (b) the same for a receive the progress thread sleeps on, and (c) how long
+// a collective takes when it is issued while the progress thread sleeps on a pending receive and rank 0 is already
+// waiting. Each starts 225 ms after the wait began: a quarter of a slice past its start, so a wake-up that does not
+// come shows as about 25 ms. Prints "WAKE_MS <kind> <ms>" per trial.
+void run_wake(Communicator& comm) {
+  using Ms = std::chrono::duration<double, std::milli>;
+  const auto slice_phase = std::chrono::milliseconds(225);
+  const int rank = comm.rank();
+  std::vector<float> data(2, 1.0f);
+  auto fresh = [&](const std::string& name) {
+    CommOptions options = CommOptions::from_env();
+    options.name = name;
+    return Communicator::create(open_store(std::getenv("HIERCOLL_STORE"), rank, options.timeout), rank,
+                                comm.size(), options);
+  };
+  // Until `work` fails after abort(): rank 1 aborts a communicator rank 0 never calls.
+  auto after_abort = [&](const char* kind, Communicator& c, Work work) {
+    std::atomic<int64_t> done_ns{0};
+    work.on_completion([&] { done_ns = steady_ns(); });
+    std::this_thread::sleep_for(slice_phase);
+    const int64_t abort_ns = steady_ns();
+    c.abort();
+    if (!work.is_completed() || work.error() == nullptr) {
+      std::printf("FAIL: %s: not failed by abort()\n", kind);
+      ++g_failures;
+      return;
+    }
+    std::printf("WAKE_MS %s %.3f\n", kind, (done_ns - abort_ns) / 1e6);
+  };
+  for (int trial = 0; trial < 3; ++trial) {
+    Communicator a = fresh("wake-collective-" + std::to_string(trial));
+    if (rank == 1)
+      after_abort("collective", a, a.allreduce(data.data(), data.data(), 2, DataType::kFloat32, ReduceOp::kSum));
+    Communicator b = fresh("wake-recv-" + std::to_string(trial));
+    if (rank == 1) after_abort("recv", b, b.recv(data.data(), 2, DataType::kFloat32, 0, 9));
+    comm.barrier().wait();  // rank 0 keeps its halves alive until rank 1 is done with them
+  }
+  Communicator c = fresh("wake-push");
+  std::vector<float> message(2, 0.0f);
+  Work pending = rank == 1 ? c.recv(message.data(), 2, DataType::kFloat32, 0, 5) : Work();
+  for (int trial = 0; trial < 3; ++trial) {
+    if (rank == 1) std::this_thread::sleep_for(slice_phase);  // rank 0 is waiting already
+    const auto start = std::chrono::steady_clock::now();
+    c.allreduce(data.data(), data.data(), 2, DataType::kFloat32, ReduceOp::kSum).wait();
+    if (rank == 1) std::printf("WAKE_MS push %.3f\n", Ms(std::chrono::steady_clock::now() - start).count());
+  }
+  if (rank == 0) c.send(data.data(), 2, DataType::kFloat32, 1, 5).wait();
+  if (rank == 1) pending.wait();
+}
+
 int count_open_fds() {
   int count = 0;
   if (DIR* dir = opendir("/proc/self/fd")) {
@@ -812,6 +865,7 @@ int main(int argc, char** argv) {
     else if (scenario == "mixed-paths") run_mixed_paths(comm);
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);
+    else if (scenario == "wake") run_wake(comm);
     else if (scenario == "soak") run_soak(comm);
     else if (scenario == "bucketer") run_bucketer(comm);
     else if (scenario == "layout") run_layout(comm);

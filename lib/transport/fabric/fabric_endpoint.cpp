@@ -123,6 +123,12 @@ class FabricEndpoint final : public Endpoint {
     }
   }
 
+  // fi_cq_signal is libfabric's one call meant for another thread: it ends a blocked fi_cq_sread. Without a wait
+  // object progress() never blocks for more than 50 us, so there is nothing to end.
+  void wake() override {
+    if (cq_can_wait_) fi_cq_signal(cq_);
+  }
+
   void cancel_all(const std::string& reason) override {
     for (auto& pending : backlog_) finish_unposted(pending.request.get(), reason);
     backlog_.clear();
@@ -363,7 +369,9 @@ class FabricEndpoint final : public Endpoint {
         timeout_ms = nullptr;
         continue;
       }
-      if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_EINTR) return completed;
+      // -FI_ECANCELED: woken by wake() (fi_cq_signal), in libfabric versions that say so instead of -FI_EAGAIN.
+      if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_EINTR || (timeout_ms && n == -FI_ECANCELED))
+        return completed;
       throw FabricError(fi_message(timeout_ms ? "fi_cq_sread" : "fi_cq_read", n));
     }
   }

@@ -222,6 +222,8 @@ class MemoryEndpoint final : public Endpoint {
     return request;
   }
 
+  void wake() override { state_->wake(rank_); }
+
   void progress(std::chrono::microseconds max_block) override {
     Box& b = state_->box(rank_);
     std::vector<int> senders;
