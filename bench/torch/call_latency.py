@@ -1,7 +1,9 @@
 """Per-call cost of `dist.all_reduce` as users call it, for several backends side by side in one run: each backend
 gets a process group of its own over the same ranks (`dist.new_group`), and the backends take turns, round by
 round, on the same tensors. `fake` is torch's no-op backend (torch.testing._internal.distributed.fake_pg): what
-torch itself costs per call, the floor under every backend.
+torch itself costs per call, the floor under every backend. `cxx` is hiercoll's C++ API called from C++ in these
+same processes on the same tensor (CPU only; a group of its own): with it beside `hiercoll` and `fake`, what the
+binding adds (hiercoll - cxx - fake) is measured in one run, free of the drift between separate benchmark runs.
 
     # one process (a GPU, or one CPU rank)
     PYTHONPATH=build/python python bench/torch/call_latency.py --device cuda --backends hiercoll,nccl,fake
@@ -34,9 +36,17 @@ def make_group(backend):
     if backend == "fake":
         # Registers the "fake" backend, whose collectives return at once without touching the tensors.
         import torch.testing._internal.distributed.fake_pg  # noqa: F401
-    elif backend == "hiercoll":
+    elif backend in ("hiercoll", "cxx"):
         import hiercoll_torch  # noqa: F401
+        return dist.new_group(backend="hiercoll")
     return dist.new_group(backend=backend)
+
+
+def cxx_calls(group, tensor, calls):
+    """µs per call of `calls` blocking allreduces of `tensor` through the C++ API, looped in C++."""
+    import hiercoll_torch
+
+    return hiercoll_torch._C._allreduce_calls(hiercoll_torch._backend_of(group), tensor, calls)
 
 
 def main():
@@ -59,6 +69,8 @@ def main():
     # The default group only runs the benchmark's own barriers; each measured backend has a group of its own.
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     backends = args.backends.split(",")
+    if "cxx" in backends and args.device != "cpu":
+        raise SystemExit("the cxx probe runs on CPU tensors only")
     groups = {b: make_group(b) for b in backends}
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -70,11 +82,17 @@ def main():
         tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
         for backend in backends:  # the first call of each: a check, and the warm-up
             tensor.fill_(1)
-            dist.all_reduce(tensor, group=groups[backend])
+            if backend == "cxx":
+                cxx_calls(groups[backend], tensor, 1)
+            else:
+                dist.all_reduce(tensor, group=groups[backend])
             sync()
             expected = 1.0 if backend == "fake" else float(size)
             if tensor[0].item() != expected:
                 raise SystemExit(f"{backend}: all_reduce gave {tensor[0].item()}, expected {expected}")
+            if backend == "cxx":
+                cxx_calls(groups[backend], tensor, 20)
+                continue
             for _ in range(20):
                 dist.all_reduce(tensor, group=groups[backend])
             sync()
@@ -83,6 +101,9 @@ def main():
                 tensor.fill_(0)  # sums of zeros stay zero however many calls run
                 dist.barrier()
                 sync()
+                if backend == "cxx":
+                    results.setdefault((nbytes, backend), []).append(cxx_calls(groups[backend], tensor, calls))
+                    continue
                 t0 = time.perf_counter()
                 for _ in range(calls):
                     dist.all_reduce(tensor, group=groups[backend])

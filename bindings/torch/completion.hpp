@@ -53,7 +53,7 @@ class CompletionThread;
 class WorkHiercoll : public c10d::Work {
  public:
   WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors = {});
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   /// CUDA tensors hiercoll works on in place: wait() orders the current stream after the operations on the
   /// device and returns without blocking the host, as ProcessGroupNCCL's does. Others block until complete.
@@ -77,7 +77,11 @@ class WorkHiercoll : public c10d::Work {
   static c10::TypePtr list_of_tensors();  // the type of the future's value
   std::vector<at::Tensor> outputs_;
   CallTensors tensors_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  void settle(c10::ivalue::Future& future);  // completes it as complete() was told to
+  std::mutex future_mutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // under future_mutex_: made by the first getFuture()
+  bool completed_ = false;                          // under future_mutex_: complete() ran, with error_
+  std::exception_ptr error_;                        // set once, before completed_
   std::vector<hiercoll::Work> stream_ordered_;
   std::optional<hiercoll::Work> receive_;
   // Set by CompletionThread::add for a call its caller may settle (guarded by the thread's state mutex).

@@ -37,6 +37,27 @@ PYBIND11_MODULE(_C, m) {
       },
       "This rank's last collectives as JSON (see Communicator::flight_record).");
   m.def(
+      "_allreduce_calls",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, at::Tensor tensor, int calls) {
+        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
+        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        TORCH_CHECK(tensor.is_cpu() && tensor.is_contiguous() && tensor.scalar_type() == at::kFloat,
+                    "_allreduce_calls: a contiguous float32 CPU tensor");
+        TORCH_CHECK(calls > 0, "_allreduce_calls: calls must be positive, got ", calls);
+        hiercoll::Communicator& comm = ours->communicator();
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) {
+          comm.allreduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                         hiercoll::DataType::kFloat32, hiercoll::ReduceOp::kSum)
+              .wait();
+        }
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
+      },
+      py::arg("group"), py::arg("tensor"), py::arg("calls"), py::call_guard<py::gil_scoped_release>(),
+      "A benchmark's probe: `calls` blocking in-place float32 sums of `tensor` through the group's communicator, the "
+      "C++ API, from C++; microseconds per call. bench/torch/call_latency.py sets it beside dist.all_reduce on the "
+      "same tensor in the same processes: the difference is what the binding adds.");
+  m.def(
       "torch_env_from_launcher",
       [](std::chrono::duration<float> timeout) {
         return hiercoll::torch_env_from_launcher(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
