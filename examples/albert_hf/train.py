@@ -248,12 +248,24 @@ def train(args):
               parameters=parameters, steps=step + 1, global_batch=per_step, examples=(step + 1 - start) * per_step,
               num_workers=args.num_workers, final_loss=round(last_loss, 6),
               samples_per_s=round(timed["steps"] * per_step / seconds, 3) if timed["steps"] else None,
-              comm_wait_s=round(timed["comm"], 4), data_wait_s=round(timed["data"], 4), seconds=round(seconds, 3))
+              comm_wait_s=round(timed["comm"], 4), data_wait_s=round(timed["data"], 4), seconds=round(seconds, 3),
+              buckets=bucket_algorithms(ddp, args.backend))
     if args.timeline_out:
         with open(args.timeline_out.format(rank=rank), "w") as f:
             json.dump({"rank": rank, "backend": averager.name, "steps": timeline}, f)
     del batches  # stops the loader's workers before the group goes
     release_ddp_then_destroy_group(ddp)
+
+
+def bucket_algorithms(ddp, backend):
+    """DDP's gradient buckets as it last built them, [bytes, algorithm] each: the allreduce hiercoll picks for that
+    size (None for other backends), so that a study's row can be read against the algorithm behind it."""
+    sizes = [int(s) for s in str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(",") if s.strip()]
+    if backend != "hiercoll":
+        return [[size, None] for size in sizes]
+    import hiercoll_torch
+
+    return [[size, hiercoll_torch.allreduce_algorithm(size)] for size in sizes]
 
 
 def release_ddp_then_destroy_group(ddp):
