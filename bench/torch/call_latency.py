@@ -42,11 +42,22 @@ def make_group(backend):
     return dist.new_group(backend=backend)
 
 
-def cxx_calls(group, tensor, calls):
-    """µs per call of `calls` blocking allreduces of `tensor` through the C++ API, looped in C++."""
-    import hiercoll_torch
+def caller(backend, group, sync):
+    """A function (tensor, calls) -> µs per call of `calls` blocking in-place allreduces of `tensor` by `backend`."""
+    if backend == "cxx":  # the C++ API, looped in C++
+        import hiercoll_torch
 
-    return hiercoll_torch._C._allreduce_calls(hiercoll_torch._backend_of(group), tensor, calls)
+        return lambda tensor, calls: hiercoll_torch._C._allreduce_calls(hiercoll_torch._backend_of(group), tensor,
+                                                                       calls)
+
+    def calls_through_dist(tensor, calls):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            dist.all_reduce(tensor, group=group)
+        sync()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    return calls_through_dist
 
 
 def main():
@@ -71,9 +82,9 @@ def main():
     backends = args.backends.split(",")
     if "cxx" in backends and args.device != "cpu":
         raise SystemExit("the cxx probe runs on CPU tensors only")
-    groups = {b: make_group(b) for b in backends}
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    callers = {b: caller(b, make_group(b), sync) for b in backends}
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = {}
@@ -82,34 +93,17 @@ def main():
         tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
         for backend in backends:  # the first call of each: a check, and the warm-up
             tensor.fill_(1)
-            if backend == "cxx":
-                cxx_calls(groups[backend], tensor, 1)
-            else:
-                dist.all_reduce(tensor, group=groups[backend])
-            sync()
+            callers[backend](tensor, 1)
             expected = 1.0 if backend == "fake" else float(size)
             if tensor[0].item() != expected:
                 raise SystemExit(f"{backend}: all_reduce gave {tensor[0].item()}, expected {expected}")
-            if backend == "cxx":
-                cxx_calls(groups[backend], tensor, 20)
-                continue
-            for _ in range(20):
-                dist.all_reduce(tensor, group=groups[backend])
-            sync()
+            callers[backend](tensor, 20)
         for _ in range(args.rounds):
             for backend in backends:
                 tensor.fill_(0)  # sums of zeros stay zero however many calls run
                 dist.barrier()
                 sync()
-                if backend == "cxx":
-                    results.setdefault((nbytes, backend), []).append(cxx_calls(groups[backend], tensor, calls))
-                    continue
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    dist.all_reduce(tensor, group=groups[backend])
-                sync()
-                elapsed = time.perf_counter() - t0
-                results.setdefault((nbytes, backend), []).append(elapsed / calls * 1e6)
+                results.setdefault((nbytes, backend), []).append(callers[backend](tensor, calls))
 
     if rank == 0:
         print(f"# dist.all_reduce, float32 sum in place, {size} rank(s), {args.device}: microseconds per call, "

@@ -8,6 +8,15 @@
 
 namespace py = pybind11;
 
+namespace {
+// The communicator behind a hiercoll process group, for the module's functions that take one from Python.
+hiercoll::Communicator& communicator_of(const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
+  auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
+  TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+  return ours->communicator();
+}
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "hiercoll's torch.distributed backend";
   m.def(
@@ -23,28 +32,22 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "allreduce_algorithm",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {
-        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
-        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
-        return ours->communicator().allreduce_algorithm(bytes);
+        return communicator_of(group).allreduce_algorithm(bytes);
       },
       "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd or hier).");
   m.def(
       "flight_record",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
-        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
-        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
-        return ours->communicator().flight_record();
+        return communicator_of(group).flight_record();
       },
       "This rank's last collectives as JSON (see Communicator::flight_record).");
   m.def(
       "_allreduce_calls",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, at::Tensor tensor, int calls) {
-        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
-        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        hiercoll::Communicator& comm = communicator_of(group);
         TORCH_CHECK(tensor.is_cpu() && tensor.is_contiguous() && tensor.scalar_type() == at::kFloat,
                     "_allreduce_calls: a contiguous float32 CPU tensor");
         TORCH_CHECK(calls > 0, "_allreduce_calls: calls must be positive, got ", calls);
-        hiercoll::Communicator& comm = ours->communicator();
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < calls; ++i) {
           comm.allreduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),

@@ -204,12 +204,12 @@ namespace {
 
 // A small broadcast through the root's ring (PeerMemory::ring_line, and ring_data beyond the line's payload): an
 // eager send, as MPI's shared-memory transports make one. Broadcast b (counted by every rank) goes in entry b of
-// the root's ring, with generation b; the others wait for it, copy it out and count it read (ring_read). The root waits for no one unless it would
-// overwrite an entry someone has not read yet, the one of broadcast b - K or earlier, so it may run up to K
-// broadcasts ahead of the slowest rank. In the rounds (below) it runs at most one ahead, and every call moves the
-// root's flag line to the others and theirs back (2 ranks, 8 B back to back: 0.22-0.33 us a call, Open MPI
-// 0.10-0.21; 4 ranks on 2 cores: 4-5 us, where every call needs every rank to have run). It touches no slot: the
-// rounds' rotation goes on as if it had not happened.
+// the root's ring, with generation b; the others wait for it, copy it out and count it read (ring_read). The root
+// waits for no one unless it would overwrite an entry someone has not read yet, the one of broadcast b - K or
+// earlier, so it may run up to K broadcasts ahead of the slowest rank. In the rounds (below) it runs at most one
+// ahead, and every call moves the root's flag line to the others and theirs back (2 ranks, 8 B back to back:
+// 0.22-0.33 us a call, Open MPI 0.10-0.21; 4 ranks on 2 cores: 4-5 us, where every call needs every rank to have
+// run). It touches no slot: the rounds' rotation goes on as if it had not happened.
 void broadcast_ring(NodeMemory& m, const device::WaitContext& wait, const void* in, void* out, size_t bytes, int root,
                     uint64_t signature) {
   transport::PeerMemory& peers = *m.peers;

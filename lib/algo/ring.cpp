@@ -10,22 +10,11 @@ namespace hiercoll::algo {
 
 // Each reserves its n parts first: the hierarchical allreduce cuts every piece so, and growing the vectors one
 // element at a time was a tenth of the library's own time in a 2-rank 32 KB allreduce (scripts/profile-cell).
-Segments Segments::even(size_t total, int n) {
-  Segments s;
-  s.offset.reserve(static_cast<size_t>(n));
-  s.count.reserve(static_cast<size_t>(n));
-  size_t base = total / static_cast<size_t>(n), extra = total % static_cast<size_t>(n), at = 0;
-  for (int i = 0; i < n; ++i) {
-    size_t c = base + (static_cast<size_t>(i) < extra ? 1 : 0);
-    s.offset.push_back(at);
-    s.count.push_back(c);
-    at += c;
-  }
-  return s;
-}
+Segments Segments::even(size_t total, int n) { return aligned(total, n, 1); }
 
 Segments Segments::aligned(size_t total, int n, size_t multiple) {
-  // even() over whole units of `multiple` elements, each part then clipped to the total.
+  // Near-equal parts of whole units of `multiple` elements (the first units % n get one unit more), each clipped to
+  // the total. With multiple 1 the clipping changes nothing: even().
   const size_t units = (total + multiple - 1) / multiple, parts = static_cast<size_t>(n);
   const size_t base = units / parts, extra = units % parts;
   Segments s;

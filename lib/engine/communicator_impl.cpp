@@ -704,11 +704,12 @@ void CommunicatorImpl::progress_loop() {
       }
       if (queue_.empty()) {
         if (stopping_ && (p2p_.empty() || aborted_)) break;
+        const bool halted = aborted_;
         // Only point-to-point work is pending: sleep in the endpoint until it completes. Set under mutex_, with the
         // queue seen empty, so that a push() after the unlock sees it and wakes the endpoint.
-        if (!aborted_) asleep_in_endpoint_.store(true, std::memory_order_relaxed);
+        if (!halted) asleep_in_endpoint_.store(true, std::memory_order_relaxed);
         lock.unlock();
-        if (aborted_) {  // halted: point-to-point work still pending fails now
+        if (halted) {  // point-to-point work still pending fails now
           fail_pending_p2p();
           continue;
         }

@@ -472,6 +472,13 @@ void run_check_mismatch(Communicator& comm) {
   }
 }
 
+// Another communicator over the job's store, named `name` (each rank of it calls this with the same name).
+Communicator named_communicator(const std::string& name, int rank, int size) {
+  CommOptions options = CommOptions::from_env();
+  options.name = name;
+  return Communicator::create(open_store(std::getenv("HIERCOLL_STORE"), rank, options.timeout), rank, size, options);
+}
+
 // Elastic restart: rank HIERCOLL_TEST_DIE_RANK dies mid-allreduce; the survivors see the error, abort the
 // communicator, form a new one without the dead rank through the same store, and carry on.
 void run_elastic(Communicator& comm) {
@@ -491,10 +498,7 @@ void run_elastic(Communicator& comm) {
   }
   comm.abort();
   int new_rank = old_rank - (old_rank > dead ? 1 : 0), new_size = old_size - 1;
-  CommOptions options = CommOptions::from_env();
-  options.name = "restart";
-  auto store = open_store(std::getenv("HIERCOLL_STORE"), new_rank, options.timeout);
-  Communicator again = Communicator::create(store, new_rank, new_size, options);
+  Communicator again = named_communicator("restart", new_rank, new_size);
   std::vector<double> x(1000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(new_rank * 1000 + i);
   again.allreduce(x.data(), x.data(), x.size(), DataType::kFloat64, ReduceOp::kSum).wait();
@@ -517,12 +521,7 @@ void run_wake(Communicator& comm) {
   const auto slice_phase = std::chrono::milliseconds(225);
   const int rank = comm.rank();
   std::vector<float> data(2, 1.0f);
-  auto fresh = [&](const std::string& name) {
-    CommOptions options = CommOptions::from_env();
-    options.name = name;
-    return Communicator::create(open_store(std::getenv("HIERCOLL_STORE"), rank, options.timeout), rank,
-                                comm.size(), options);
-  };
+  auto fresh = [&](const std::string& name) { return named_communicator(name, rank, comm.size()); };
   // Until `work` fails after abort(): rank 1 aborts a communicator rank 0 never calls.
   auto after_abort = [&](const char* kind, Communicator& c, Work work) {
     std::atomic<int64_t> done_ns{0};
