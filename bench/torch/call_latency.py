@@ -10,10 +10,11 @@ binding adds (hiercoll - cxx - fake) is measured in one run, free of the drift b
     # several ranks
     PYTHONPATH=build/python torchrun --nproc-per-node 2 bench/torch/call_latency.py --backends hiercoll,gloo,fake
 
-Reports, per backend and size, the median over `--rounds` rounds of the mean microseconds per call of a blocking
+Reports, per backend and size, the median over `--rounds` rounds of rank 0's mean microseconds per call of a blocking
 `dist.all_reduce` (float32 sum, in place); on CUDA tensors the round ends with torch.cuda.synchronize(), so device
-time that the calls do not hide is counted. Prints a table and one JSON line per cell. A benchmark: it checks only
-that the first call of each backend gives the right sum.
+time that the calls do not hide is counted. Prints a table and one JSON line per cell, which also gives each round's
+time on the slowest rank (`slowest_rank_rounds`). A benchmark: it checks only that the first call of each backend
+gives the right sum.
 """
 import argparse
 import datetime
@@ -105,6 +106,13 @@ def main():
                 sync()
                 results.setdefault((nbytes, backend), []).append(callers[backend](tensor, calls))
 
+    # Every rank's rounds: a blocking collective goes at the pace of its slowest rank, and so does its floor. On a
+    # shared machine one rank's core can run at half speed for a while (the no-op backend alone, one rank: 5.1-13 us
+    # per call from one 10,000-call stretch to the next), so the floor of a round is its slowest rank's.
+    keys = sorted(results)
+    everyone = [None] * size
+    dist.all_gather_object(everyone, [results[k] for k in keys])
+    slowest = {k: [max(r[i][j] for r in everyone) for j in range(len(results[k]))] for i, k in enumerate(keys)}
     if rank == 0:
         print(f"# dist.all_reduce, float32 sum in place, {size} rank(s), {args.device}: microseconds per call, "
               f"median of {args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); torch {torch.__version__}")
@@ -114,7 +122,8 @@ def main():
         for (nbytes, backend), rounds in results.items():
             print(json.dumps({"bytes": nbytes, "backend": backend, "device": args.device, "ranks": size,
                               "us_per_call": round(statistics.median(rounds), 3),
-                              "rounds": [round(r, 3) for r in rounds]}))
+                              "rounds": [round(r, 3) for r in rounds],
+                              "slowest_rank_rounds": [round(r, 3) for r in slowest[(nbytes, backend)]]}))
     dist.destroy_process_group()
 
 
