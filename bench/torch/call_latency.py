@@ -1,20 +1,23 @@
-"""Per-call cost of `dist.all_reduce` as users call it, for several backends side by side in one run: each backend
-gets a process group of its own over the same ranks (`dist.new_group`), and the backends take turns, round by
-round, on the same tensors. `fake` is torch's no-op backend (torch.testing._internal.distributed.fake_pg): what
-torch itself costs per call, the floor under every backend. `cxx` is hiercoll's C++ API called from C++ in these
-same processes on the same tensor (CPU only; a group of its own): with it beside `hiercoll` and `fake`, what the
+"""Per-call cost of torch.distributed's collectives as users call them, for several backends side by side in one run:
+each backend gets a process group of its own over the same ranks (`dist.new_group`), and the backends take turns,
+round by round, on the same tensors. `fake` is torch's no-op backend (torch.testing._internal.distributed.fake_pg):
+what torch itself costs per call, the floor under every backend. `cxx` is hiercoll's C++ API called from C++ in these
+same processes on the same tensors (CPU only; a group of its own): with it beside `hiercoll` and `fake`, what the
 binding adds (hiercoll - cxx - fake) is measured in one run, free of the drift between separate benchmark runs.
 
     # one process (a GPU, or one CPU rank)
     PYTHONPATH=build/python python bench/torch/call_latency.py --device cuda --backends hiercoll,nccl,fake
-    # several ranks
-    PYTHONPATH=build/python torchrun --nproc-per-node 2 bench/torch/call_latency.py --backends hiercoll,gloo,fake
+    # several ranks, every collective
+    PYTHONPATH=build/python torchrun --nproc-per-node 2 bench/torch/call_latency.py --backends hiercoll,cxx,fake \
+        --ops all_reduce,broadcast,all_gather_into_tensor,reduce_scatter_tensor
 
-Reports, per backend and size, the median over `--rounds` rounds of rank 0's mean microseconds per call of a blocking
-`dist.all_reduce` (float32 sum, in place); on CUDA tensors the round ends with torch.cuda.synchronize(), so device
-time that the calls do not hide is counted. Prints a table and one JSON line per cell, which also gives each round's
-time on the slowest rank (`slowest_rank_rounds`). A benchmark: it checks only that the first call of each backend
-gives the right sum.
+Ops (--ops): `dist.all_reduce` (float32 sum, in place), `dist.broadcast` (from rank 0, in place),
+`dist.all_gather_into_tensor` and `dist.reduce_scatter_tensor` (sum); a size is the whole buffer, as in nccl-tests
+(all_gather's output, reduce_scatter's input: each rank's part is size / ranks). Reports, per op, backend and size,
+the median over `--rounds` rounds of rank 0's mean microseconds per blocking call; on CUDA tensors the round ends
+with torch.cuda.synchronize(), so device time that the calls do not hide is counted. Prints a table and one JSON
+line per cell, which also gives each round's time on the slowest rank (`slowest_rank_rounds`). A benchmark: it checks
+only that the first call of each backend but `fake` gives the right result.
 """
 import argparse
 import datetime
@@ -43,18 +46,61 @@ def make_group(backend):
     return dist.new_group(backend=backend)
 
 
-def caller(backend, group, sync):
-    """A function (tensor, calls) -> µs per call of `calls` blocking in-place allreduces of `tensor` by `backend`."""
+OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor")
+
+
+def make_tensors(op, nbytes, size, device):
+    """(input, output) of `op` on a buffer of `nbytes` in all; in-place ops use one tensor for both."""
+    whole = max(size, nbytes // 4)
+    whole -= whole % size  # all_gather and reduce_scatter split the buffer among the ranks
+    if op in ("all_reduce", "broadcast"):
+        t = torch.zeros(whole, dtype=torch.float32, device=device)
+        return t, t
+    part = torch.zeros(whole // size, dtype=torch.float32, device=device)
+    full = torch.zeros(whole, dtype=torch.float32, device=device)
+    return (part, full) if op == "all_gather_into_tensor" else (full, part)
+
+
+def check_first_call(op, backend, call, tensors, rank, size):
+    """One call on known inputs; exits if a real backend's result is wrong (the no-op backend's is not checked)."""
+    inp, out = tensors
+    inp.fill_(rank + 1)
+    call(tensors, 1)
+    if backend == "fake":
+        return
+    if op == "all_reduce":
+        expected = torch.full_like(out, size * (size + 1) / 2)
+    elif op == "broadcast":
+        expected = torch.ones_like(out)
+    elif op == "all_gather_into_tensor":
+        expected = torch.arange(1, size + 1, dtype=out.dtype, device=out.device).repeat_interleave(inp.numel())
+    else:
+        expected = torch.full_like(out, size * (size + 1) / 2)
+    if not torch.equal(out, expected):
+        raise SystemExit(f"{backend} {op}: wrong result on rank {rank}")
+
+
+def caller(backend, group, op, sync):
+    """A function ((input, output), calls) -> µs per call of `calls` blocking calls of `op` by `backend`."""
     if backend == "cxx":  # the C++ API, looped in C++
         import hiercoll_torch
 
-        return lambda tensor, calls: hiercoll_torch._C._allreduce_calls(hiercoll_torch._backend_of(group), tensor,
-                                                                       calls)
+        return lambda tensors, calls: hiercoll_torch._C._collective_calls(hiercoll_torch._backend_of(group), op,
+                                                                         tensors[0], tensors[1], calls)
+    if op == "all_reduce":
+        one = lambda inp, out: dist.all_reduce(out, group=group)
+    elif op == "broadcast":
+        one = lambda inp, out: dist.broadcast(out, src=0, group=group)
+    elif op == "all_gather_into_tensor":
+        one = lambda inp, out: dist.all_gather_into_tensor(out, inp, group=group)
+    else:
+        one = lambda inp, out: dist.reduce_scatter_tensor(out, inp, group=group)
 
-    def calls_through_dist(tensor, calls):
+    def calls_through_dist(tensors, calls):
+        inp, out = tensors
         t0 = time.perf_counter()
         for _ in range(calls):
-            dist.all_reduce(tensor, group=group)
+            one(inp, out)
         sync()
         return (time.perf_counter() - t0) / calls * 1e6
 
@@ -65,11 +111,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="hiercoll,gloo,fake")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--sizes", default="8,1K,64K,1M", help="bytes per rank, comma-separated (K, M suffixes)")
+    parser.add_argument("--ops", default="all_reduce", help=f"comma-separated, of {', '.join(OPS)}")
+    parser.add_argument("--sizes", default="8,1K,64K,1M",
+                        help="bytes of the whole buffer, comma-separated (K, M suffixes)")
     parser.add_argument("--calls", type=int, default=1000,
                         help="calls per round up to 64 KB; fewer above, in proportion to the size (10 at least)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    ops = args.ops.split(",")
+    for op in ops:
+        if op not in OPS:
+            raise SystemExit(f"unknown op '{op}' (one of {', '.join(OPS)})")
 
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
@@ -85,26 +137,25 @@ def main():
         raise SystemExit("the cxx probe runs on CPU tensors only")
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    callers = {b: caller(b, make_group(b), sync) for b in backends}
+    groups = {b: make_group(b) for b in backends}
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
-    results = {}
-    for nbytes in sizes:
-        calls = max(10, args.calls * (64 << 10) // max(64 << 10, nbytes))
-        tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
-        for backend in backends:  # the first call of each: a check, and the warm-up
-            tensor.fill_(1)
-            callers[backend](tensor, 1)
-            expected = 1.0 if backend == "fake" else float(size)
-            if tensor[0].item() != expected:
-                raise SystemExit(f"{backend}: all_reduce gave {tensor[0].item()}, expected {expected}")
-            callers[backend](tensor, 20)
-        for _ in range(args.rounds):
-            for backend in backends:
-                tensor.fill_(0)  # sums of zeros stay zero however many calls run
-                dist.barrier()
-                sync()
-                results.setdefault((nbytes, backend), []).append(callers[backend](tensor, calls))
+    results = {}  # (op, bytes, backend): rank 0's µs per call, round by round
+    for op in ops:
+        callers = {b: caller(b, groups[b], op, sync) for b in backends}
+        for nbytes in sizes:
+            calls = max(10, args.calls * (64 << 10) // max(64 << 10, nbytes))
+            tensors = make_tensors(op, nbytes, size, device)
+            for backend in backends:  # the first call of each: a check, and the warm-up
+                check_first_call(op, backend, callers[backend], tensors, rank, size)
+                callers[backend](tensors, 20)
+            for _ in range(args.rounds):
+                for backend in backends:
+                    for t in tensors:
+                        t.zero_()  # sums of zeros stay zero however many calls run
+                    dist.barrier()
+                    sync()
+                    results.setdefault((op, nbytes, backend), []).append(callers[backend](tensors, calls))
 
     # Every rank's rounds: a blocking collective goes at the pace of its slowest rank, and so does its floor. On a
     # shared machine one rank's core can run at half speed for a while (the no-op backend alone, one rank: 5.1-13 us
@@ -114,16 +165,18 @@ def main():
     dist.all_gather_object(everyone, [results[k] for k in keys])
     slowest = {k: [max(r[i][j] for r in everyone) for j in range(len(results[k]))] for i, k in enumerate(keys)}
     if rank == 0:
-        print(f"# dist.all_reduce, float32 sum in place, {size} rank(s), {args.device}: microseconds per call, "
-              f"median of {args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); torch {torch.__version__}")
-        print("bytes".rjust(10) + "".join(b.rjust(12) for b in backends))
-        for nbytes in sizes:
-            print(str(nbytes).rjust(10) + "".join(f"{statistics.median(results[(nbytes, b)]):12.2f}" for b in backends))
-        for (nbytes, backend), rounds in results.items():
-            print(json.dumps({"bytes": nbytes, "backend": backend, "device": args.device, "ranks": size,
+        for op in ops:
+            print(f"# dist.{op}, float32, {size} rank(s), {args.device}: microseconds per call, median of "
+                  f"{args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); torch {torch.__version__}")
+            print("bytes".rjust(10) + "".join(b.rjust(12) for b in backends))
+            for nbytes in sizes:
+                print(str(nbytes).rjust(10) +
+                      "".join(f"{statistics.median(results[(op, nbytes, b)]):12.2f}" for b in backends))
+        for (op, nbytes, backend), rounds in results.items():
+            print(json.dumps({"op": op, "bytes": nbytes, "backend": backend, "device": args.device, "ranks": size,
                               "us_per_call": round(statistics.median(rounds), 3),
                               "rounds": [round(r, 3) for r in rounds],
-                              "slowest_rank_rounds": [round(r, 3) for r in slowest[(nbytes, backend)]]}))
+                              "slowest_rank_rounds": [round(r, 3) for r in slowest[(op, nbytes, backend)]]}))
     dist.destroy_process_group()
 
 

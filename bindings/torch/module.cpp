@@ -2,6 +2,8 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <functional>
+
 #include "hiercoll/store.hpp"
 #include "hiercoll/version.hpp"
 #include "process_group.hpp"
@@ -42,24 +44,52 @@ PYBIND11_MODULE(_C, m) {
       },
       "This rank's last collectives as JSON (see Communicator::flight_record).");
   m.def(
-      "_allreduce_calls",
-      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, at::Tensor tensor, int calls) {
+      "_collective_calls",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, const std::string& op, at::Tensor input,
+         at::Tensor output, int calls) {
         hiercoll::Communicator& comm = communicator_of(group);
-        TORCH_CHECK(tensor.is_cpu() && tensor.is_contiguous() && tensor.scalar_type() == at::kFloat,
-                    "_allreduce_calls: a contiguous float32 CPU tensor");
-        TORCH_CHECK(calls > 0, "_allreduce_calls: calls must be positive, got ", calls);
-        const auto start = std::chrono::steady_clock::now();
-        for (int i = 0; i < calls; ++i) {
-          comm.allreduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
-                         hiercoll::DataType::kFloat32, hiercoll::ReduceOp::kSum)
-              .wait();
+        for (const at::Tensor* t : {&input, &output}) {
+          TORCH_CHECK(t->is_cpu() && t->is_contiguous() && t->scalar_type() == at::kFloat,
+                      "_collective_calls: contiguous float32 CPU tensors");
         }
+        TORCH_CHECK(calls > 0, "_collective_calls: calls must be positive, got ", calls);
+        const auto in = static_cast<size_t>(input.numel());
+        const auto out = static_cast<size_t>(output.numel());
+        const auto n = static_cast<size_t>(comm.size());
+        // The call dist's function of the same name makes (its tensors' sizes checked as torch checks them).
+        std::function<hiercoll::Work()> call;
+        if (op == "all_reduce") {
+          call = [&] {
+            return comm.allreduce(output.data_ptr(), output.data_ptr(), out, hiercoll::DataType::kFloat32,
+                                  hiercoll::ReduceOp::kSum);
+          };
+        } else if (op == "broadcast") {
+          call = [&] {
+            return comm.broadcast(output.data_ptr(), output.data_ptr(), out, hiercoll::DataType::kFloat32, 0);
+          };
+        } else if (op == "all_gather_into_tensor") {
+          TORCH_CHECK(out == in * n, "_collective_calls: all_gather_into_tensor's output is ranks x input");
+          call = [&] { return comm.allgather(input.data_ptr(), output.data_ptr(), in, hiercoll::DataType::kFloat32); };
+        } else if (op == "reduce_scatter_tensor") {
+          TORCH_CHECK(in == out * n, "_collective_calls: reduce_scatter_tensor's input is ranks x output");
+          call = [&] {
+            return comm.reduce_scatter(input.data_ptr(), output.data_ptr(), out, hiercoll::DataType::kFloat32,
+                                       hiercoll::ReduceOp::kSum);
+          };
+        } else {
+          TORCH_CHECK(false, "_collective_calls: unknown op '", op,
+                      "' (all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor)");
+        }
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) call().wait();
         return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
       },
-      py::arg("group"), py::arg("tensor"), py::arg("calls"), py::call_guard<py::gil_scoped_release>(),
-      "A benchmark's probe: `calls` blocking in-place float32 sums of `tensor` through the group's communicator, the "
-      "C++ API, from C++; microseconds per call. bench/torch/call_latency.py sets it beside dist.all_reduce on the "
-      "same tensor in the same processes: the difference is what the binding adds.");
+      py::arg("group"), py::arg("op"), py::arg("input"), py::arg("output"), py::arg("calls"),
+      py::call_guard<py::gil_scoped_release>(),
+      "A benchmark's probe: `calls` blocking float32 calls of torch.distributed's `op` (all_reduce and broadcast in "
+      "place on `output`, sums, root 0) through the group's communicator, the C++ API, from C++; microseconds per "
+      "call. bench/torch/call_latency.py sets it beside the torch call on the same tensors in the same processes: "
+      "the difference is what the binding adds.");
   m.def(
       "torch_env_from_launcher",
       [](std::chrono::duration<float> timeout) {
