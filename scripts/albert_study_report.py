@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 
 KNOWN = {"hiercoll": "hiercoll", "gloo": "gloo", "mpi": "Open MPI", "nccl": "NCCL"}
 
@@ -87,6 +88,20 @@ class Study:
                       + [fmt(self.rate(n, b)) for b in self.backends]
                       + [fmt(self.comm_ms_per_step(n, b), ".0f") for b in self.backends]
                       for n in self.nodes if any((n, b, 0) in self.cells for b in self.backends)])
+
+    def split(self, n, b, key):
+        """A figure of the runs' step timelines (examples/albert_hf/timeline.py), the median over the cell's runs."""
+        values = [r["timeline"][key] for r in self.runs.get((n, b, 0), []) if r.get("timeline")]
+        return statistics.median(values) if values else None
+
+    def split_table(self):
+        if not any(self.split(n, b, "collective_ms") is not None for n in self.nodes for b in self.backends):
+            return None
+        return table(["nodes"] + [f"{NAMES[b]} allreduce ms/step" for b in self.backends]
+                     + [f"{NAMES[b]} ranks' spread ms/step" for b in self.backends],
+                     [[n] + [fmt(self.split(n, b, "collective_ms"), ".0f") for b in self.backends]
+                      + [fmt(self.split(n, b, "handover_spread_ms"), ".0f") for b in self.backends]
+                      for n in self.nodes])
 
     def scaling_table(self):
         return table(["nodes"] + [NAMES[b] for b in self.backends],
@@ -186,11 +201,20 @@ def main():
     studies = [Study(cells, runs, link) for link in links]
     sections = []
     for st in studies:
-        text = (f"### Link {st.link}: throughput (samples/s, loader workers 0)\n\n{st.throughput_table()}\n\n"
-                f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
-                f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
-                f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"
-                f"{st.speedup_table()}\n")
+        text = f"### Link {st.link}: throughput (samples/s, loader workers 0)\n\n{st.throughput_table()}\n\n"
+        split = st.split_table()
+        if split:
+            text += (f"### Link {st.link}: the comm wait in two parts (ms per step, medians over the steps of a run "
+                     f"and over the repeats)\n\nFrom the ranks' step timelines (`train.py --timeline-out`, "
+                     f"examples/albert_hf/timeline.py): the allreduce, from the last rank's hand-over of its last "
+                     f"bucket to the last rank's end of backward; the ranks' spread, from the first rank's hand-over "
+                     f"to the last one's, when the ranks that got there first wait for the slowest one's compute on "
+                     f"the shared cores. A rank's comm wait is the allreduce plus its distance from the last "
+                     f"hand-over.\n\n{split}\n\n")
+        text += (f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
+                 f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
+                 f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"
+                 f"{st.speedup_table()}\n")
         loader = st.loader_table()
         if loader:
             text += (f"\n### Link {st.link}, {st.nodes[-1]} nodes: data-loader workers (`--num-workers`, the seeds' "

@@ -4,7 +4,7 @@ and the collective itself once every rank has handed over (from the last hand-ov
 comm wait in train.py's summary is the two together, averaged over the ranks; only the second depends on the
 backend. Wall clocks: exact for ranks on one host (the emulated nodes); across machines, off by their clocks' skew.
 
-    python examples/albert_hf/timeline.py 'OUT/timeline-{rank}.json' [more patterns: one line each]
+    python examples/albert_hf/timeline.py [--json] 'OUT/timeline-{rank}.json' [more patterns: one line each]
 """
 import glob
 import json
@@ -43,8 +43,13 @@ def summary(ranks, steps):
 
 
 def main(patterns):
-    if not patterns:
+    if not patterns or patterns == ["--json"]:
         raise SystemExit(__doc__)
+    if patterns[0] == "--json":  # one JSON object per pattern (scripts/albert-study keeps it with the run's summary)
+        for pattern in patterns[1:]:
+            print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                              for k, v in summary(*load(pattern)).items()}))
+        return
     print("| backend | ranks | steps | hand-over spread (ms) | last hand-over to last backward end (ms) "
           "| backward ends' spread (ms) | step (ms) |")
     print("|---|---|---|---|---|---|---|")
