@@ -107,13 +107,19 @@ class Study:
         return table(["nodes"] + [NAMES[b] for b in self.backends],
                      [[n] + [fmt(self.efficiency(n, b), ".2f") for b in self.backends] for n in self.nodes])
 
+    def repeated(self):
+        return any(len(self.pair_ratios(n, b)) > 1 for n in self.nodes for b in self.backends if b != "hiercoll")
+
     def speedup_table(self):
         others = [b for b in self.backends if b != "hiercoll"]
-        repeated = any(len(self.pair_ratios(n, b)) > 1 for n in self.nodes for b in others)
+        repeated = self.repeated()
         pairs = lambda n, b: ", ".join(f"{r:.2f}" for r in self.pair_ratios(n, b)) or "–"
+        paired = lambda n, b: fmt(statistics.median(self.pair_ratios(n, b)), ".2f") if self.pair_ratios(n, b) else "–"
         return table(["nodes"] + [f"hiercoll / {NAMES[b]}" for b in others]
+                     + ([f"median of the repeats' hiercoll / {NAMES[b]}" for b in others] if repeated else [])
                      + ([f"each repeat's hiercoll / {NAMES[b]}" for b in others] if repeated else []),
                      [[n] + [fmt(self.speedup(n, b), ".2f") for b in others]
+                      + ([paired(n, b) for b in others] if repeated else [])
                       + ([pairs(n, b) for b in others] if repeated else []) for n in self.nodes])
 
     def loader_table(self):
@@ -129,6 +135,11 @@ class Study:
                       + [fmt(r(w, b) / r(0, b), ".2f") if r(w, b) and r(0, b) else "–" for b in bs]
                       + [fmt(self.cells[(largest, b, w)]["data_wait_s"], ".2f") if (largest, b, w) in self.cells
                          else "–" for b in bs] for w in counts])
+
+
+REPEATED_NOTE = ("hiercoll / X is the ratio of the two cells' medians. The runs of one repeat ran back to back, "
+                 "while repeats are minutes apart and this machine's speed drifts between them, so the median of the "
+                 "repeats' own ratios is the steadier comparison; both are given.\n\n")
 
 
 def plot(studies, directory):
@@ -214,7 +225,7 @@ def main():
         text += (f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
                  f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
                  f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"
-                 f"{st.speedup_table()}\n")
+                 + (REPEATED_NOTE if st.repeated() else "") + f"{st.speedup_table()}\n")
         loader = st.loader_table()
         if loader:
             text += (f"\n### Link {st.link}, {st.nodes[-1]} nodes: data-loader workers (`--num-workers`, the seeds' "
