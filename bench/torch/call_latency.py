@@ -68,13 +68,11 @@ def check_first_call(op, backend, call, tensors, rank, size):
     call(tensors, 1)
     if backend == "fake":
         return
-    if op == "all_reduce":
-        expected = torch.full_like(out, size * (size + 1) / 2)
-    elif op == "broadcast":
+    if op == "broadcast":
         expected = torch.ones_like(out)
     elif op == "all_gather_into_tensor":
         expected = torch.arange(1, size + 1, dtype=out.dtype, device=out.device).repeat_interleave(inp.numel())
-    else:
+    else:  # all_reduce, reduce_scatter_tensor: every element the sum of 1..size
         expected = torch.full_like(out, size * (size + 1) / 2)
     if not torch.equal(out, expected):
         raise SystemExit(f"{backend} {op}: wrong result on rank {rank}")
@@ -167,7 +165,8 @@ def main():
     if rank == 0:
         for op in ops:
             print(f"# dist.{op}, float32, {size} rank(s), {args.device}: microseconds per call, median of "
-                  f"{args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); torch {torch.__version__}")
+                  f"{args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); "
+                  f"torch {torch.__version__}")
             print("bytes".rjust(10) + "".join(b.rjust(12) for b in backends))
             for nbytes in sizes:
                 print(str(nbytes).rjust(10) +
