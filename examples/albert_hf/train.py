@@ -223,9 +223,14 @@ def train(args):
             timed["data"] += data_wait
 
         if (step + 1) % args.log_every == 0 or step + 1 == steps:
-            totals = sums.clone()
+            # The waits too, averaged over the ranks: one rank's comm wait alone says mostly how often that rank
+            # reached the allreduce first and waited for the others' compute, which on shared cores is the
+            # scheduler's doing more than the backend's.
+            totals = torch.cat([sums, torch.tensor([interval["comm"], interval["data"]], dtype=torch.float64,
+                                                   device=sums.device)])
             dist.all_reduce(totals)
             totals = totals.cpu()
+            interval["comm"], interval["data"] = (totals[4] / world).item(), (totals[5] / world).item()
             elapsed = time.perf_counter() - interval["t"]
             last_loss = (totals[0] / totals[3]).item()
             log.write(step=step + 1, loss=round(last_loss, 6), mlm_accuracy=round((totals[1] / totals[2]).item(), 5),
@@ -240,6 +245,9 @@ def train(args):
             break
 
     seconds = time.perf_counter() - timed["t"] if timed["t"] is not None else 0.0
+    waits = torch.tensor([timed["comm"], timed["data"]], dtype=torch.float64, device=sums.device)
+    dist.all_reduce(waits)  # the summary's waits are the ranks' average, as the log's
+    timed["comm"], timed["data"] = (waits / world).tolist()
     if recorder and (rank == 0 or "{rank}" in args.profile_out):
         step_profile.save(recorder.profile(config=args.config, vocab_size=len(tokenizer), seq_len=args.seq_len,
                                            batch=args.batch, ranks=world, rank=rank, backend=args.backend),

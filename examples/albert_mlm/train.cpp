@@ -341,6 +341,9 @@ int run(int argc, char** argv) {
     }
   }
 
+  // Every rank's comm wait, averaged: one rank's alone says mostly how often that rank reached the allreduce first
+  // (and so waited for the others' compute), which on shared cores depends on the scheduler more than the backend.
+  comm_wait = sync->sum({comm_wait})[0] / size;
   if (rank == 0) {
     double samples_per_s =
         measured_steps > 0 ? measured_steps * accum * loader_options.batch_size * size / measured_time : NAN;
