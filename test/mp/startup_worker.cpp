@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "hiercoll/hiercoll.hpp"
 
@@ -111,6 +112,13 @@ int main() {
       alone.name = "warm-up";
       Communicator::create(std::make_shared<FileStore>(dir, options.timeout, true), 0, 1, alone).barrier().wait();
     }
+    // Every rank starts the measured start-up together. Otherwise a rank whose process and warm-up came up seconds
+    // late (ThreadSanitizer on 2 cores shared with another test) would make the others time out before the victim
+    // reached its step, and they would report that timeout instead of the victim's death.
+    job.store->set("startup-test/ready/" + std::to_string(job.rank), Store::Bytes{1});
+    std::vector<std::string> ready;
+    for (int r = 0; r < job.size; ++r) ready.push_back("startup-test/ready/" + std::to_string(r));
+    job.store->wait(ready, std::chrono::minutes(2));
     const int threads_before = entries("/proc/self/task"), fds_before = entries("/proc/self/fd");
     const bool dies = job.rank == victim;
     auto store = std::make_shared<DyingStore>(job.store, dies ? int_env("HIERCOLL_TEST_DIE_AT_CALL", 0) : 0,
