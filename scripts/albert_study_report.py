@@ -92,16 +92,18 @@ class Study:
 
     def split(self, n, b, key):
         """A figure of the runs' step timelines (examples/albert_hf/timeline.py), the median over the cell's runs."""
-        values = [r["timeline"][key] for r in self.runs.get((n, b, 0), []) if r.get("timeline")]
+        values = [r["timeline"][key] for r in self.runs.get((n, b, 0), []) if key in (r.get("timeline") or {})]
         return statistics.median(values) if values else None
 
     def split_table(self):
         if not any(self.split(n, b, "collective_ms") is not None for n in self.nodes for b in self.backends):
             return None
         return table(["nodes"] + [f"{NAMES[b]} allreduce ms/step" for b in self.backends]
-                     + [f"{NAMES[b]} ranks' spread ms/step" for b in self.backends],
+                     + [f"{NAMES[b]} ranks' spread ms/step" for b in self.backends]
+                     + [f"{NAMES[b]} compute ms/step" for b in self.backends],
                      [[n] + [fmt(self.split(n, b, "collective_ms"), ".0f") for b in self.backends]
                       + [fmt(self.split(n, b, "handover_spread_ms"), ".0f") for b in self.backends]
+                      + [fmt(self.split(n, b, "compute_ms"), ".0f") for b in self.backends]
                       for n in self.nodes])
 
     def scaling_table(self):
@@ -222,7 +224,12 @@ def main():
                      f"bucket to the last rank's end of backward; the ranks' spread, from the first rank's hand-over "
                      f"to the last one's, when the ranks that got there first wait for the slowest one's compute on "
                      f"the shared cores. A rank's comm wait is the allreduce plus its distance from the last "
-                     f"hand-over.\n\n{split}\n\n")
+                     f"hand-over. Beside them the rest of the step, the compute: from a rank's previous end of "
+                     f"backward to its last hand-over (optimizer, next batch, forward, backward; the median rank's). "
+                     f"It is the same work with every backend but for their small part in it (DDP's broadcast of "
+                     f"the model's buffers before forward, and the buckets handed over before the last one where "
+                     f"they hold backward up), and it varies with this machine's speed from one run to the "
+                     f"next.\n\n{split}\n\n")
         text += (f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
                  f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
                  f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"

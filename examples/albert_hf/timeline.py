@@ -28,10 +28,14 @@ def load(pattern):
 
 def summary(ranks, steps):
     """Medians over the steps after the first (start-up), in milliseconds."""
-    spread, collective, end_spread, period = [], [], [], []
+    spread, collective, end_spread, period, compute = [], [], [], [], []
     for i in range(1, steps):
         handovers = [r["steps"][i]["handover"] for r in ranks]
         ends = [r["steps"][i]["backward_end"] for r in ranks]
+        # A rank's own part of the step: from its previous backward's end (optimizer, next batch, forward, backward)
+        # to its last hand-over. The same work whatever the backend, so where it differs between two backends' runs
+        # it is the machine's speed at the time (the rank's median: one rank's slow step is the spread's).
+        compute.append(statistics.median(r["steps"][i]["handover"] - r["steps"][i - 1]["backward_end"] for r in ranks))
         spread.append(max(handovers) - min(handovers))
         collective.append(max(ends) - max(handovers))
         end_spread.append(max(ends) - min(ends))  # how far apart the ranks start the next step
@@ -39,7 +43,8 @@ def summary(ranks, steps):
             period.append(max(ends) - max(r["steps"][i - 1]["backward_end"] for r in ranks))
     ms = lambda xs: 1e3 * statistics.median(xs)
     return {"backend": ranks[0]["backend"], "ranks": len(ranks), "steps": steps - 1, "handover_spread_ms": ms(spread),
-            "collective_ms": ms(collective), "end_spread_ms": ms(end_spread), "step_ms": ms(period)}
+            "collective_ms": ms(collective), "end_spread_ms": ms(end_spread), "step_ms": ms(period),
+            "compute_ms": ms(compute)}
 
 
 def main(patterns):
@@ -51,12 +56,12 @@ def main(patterns):
                               for k, v in summary(*load(pattern)).items()}))
         return
     print("| backend | ranks | steps | hand-over spread (ms) | last hand-over to last backward end (ms) "
-          "| backward ends' spread (ms) | step (ms) |")
-    print("|---|---|---|---|---|---|---|")
+          "| backward ends' spread (ms) | step (ms) | compute (ms) |")
+    print("|---|---|---|---|---|---|---|---|")
     for pattern in patterns:
         s = summary(*load(pattern))
         print(f"| {s['backend']} | {s['ranks']} | {s['steps']} | {s['handover_spread_ms']:.0f} | "
-              f"{s['collective_ms']:.0f} | {s['end_spread_ms']:.0f} | {s['step_ms']:.0f} |")
+              f"{s['collective_ms']:.0f} | {s['end_spread_ms']:.0f} | {s['step_ms']:.0f} | {s['compute_ms']:.0f} |")
 
 
 if __name__ == "__main__":
