@@ -104,7 +104,7 @@ def test_subgroups_split_and_monitored_barrier(size):
 
 @pytest.mark.parametrize("size,precision,divide", [(2, "fp32", ""), (4, "fp32", ""), (2, "bf16", ""),
                                                    (4, "fp32", "3")])
-def test_fsdp2_matches_gloo(size, precision, divide, tmp_path):
+def test_fsdp2_and_its_distributed_checkpoint_match_gloo(size, precision, divide, tmp_path):
     # divide "3": FSDP2 reduce-scatters with PREMUL_SUM(1/3) instead of AVG.
     ours = _final_parameters(size, "worker_fsdp.py", "hiercoll", tmp_path, [precision, divide])
     gloo = _final_parameters(size, "worker_fsdp.py", "gloo", tmp_path, [precision, divide])
@@ -112,6 +112,41 @@ def test_fsdp2_matches_gloo(size, precision, divide, tmp_path):
     torch.manual_seed(0)
     initial = torch.nn.Embedding(64, 32).weight
     assert not torch.allclose(ours[0]["0.weight"], initial), "training did not move the parameters"
+    # The Distributed Checkpoint round trip gives back exactly what was saved, with either backend.
+    for name, results in (("hiercoll", ours), ("gloo", gloo)):
+        for rank, state in enumerate(results):
+            saved = [key for key in state if not key.startswith("restored ")]
+            assert len(saved) == len(state) - len(saved) > 0
+            for key in saved:
+                assert torch.equal(state["restored " + key], state[key]), f"{name} rank {rank}: {key} not restored"
+
+
+@pytest.mark.frameworks
+def test_lightning_ddp_strategy_matches_gloo(tmp_path):
+    pytest.importorskip("lightning")
+    ours = _final_parameters(2, "worker_lightning.py", "hiercoll", tmp_path, [])
+    gloo = _final_parameters(2, "worker_lightning.py", "gloo", tmp_path, [])
+    _assert_same_parameters(ours, gloo, 1e-5)  # the parameters and the loss Lightning logged, averaged over ranks
+    for rank in range(2):
+        for name, value in ours[rank].items():
+            assert torch.equal(value, ours[0][name]), f"rank {rank} {name} differs from rank 0's"
+    assert len(ours[0]["logged loss"]) == 16, "2 epochs of 8 steps (128 samples, 2 ranks, batches of 8)"
+    torch.manual_seed(0)
+    assert not torch.allclose(ours[0]["net.0.weight"], torch.nn.Linear(16, 32).weight), "training did not move it"
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_matches_gloo(stage, tmp_path):
+    pytest.importorskip("deepspeed")
+    ours = _final_parameters(2, "worker_deepspeed.py", "hiercoll", tmp_path, [str(stage)])
+    gloo = _final_parameters(2, "worker_deepspeed.py", "gloo", tmp_path, [str(stage)])
+    _assert_same_parameters(ours, gloo, 1e-5)
+    for rank in range(2):
+        for name, value in ours[rank].items():
+            assert torch.equal(value, ours[0][name]), f"rank {rank} {name} differs from rank 0's"
+    torch.manual_seed(0)
+    assert not torch.allclose(ours[0]["0.weight"], torch.nn.Linear(16, 64).weight), "training did not move it"
 
 
 def test_dtensor_2x2_mesh_matches_gloo(tmp_path):
