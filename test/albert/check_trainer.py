@@ -1,4 +1,4 @@
-"""The ALBERT trainer on 2 ranks (tiny config, the default corpus): the loss falls clearly over 300 steps;
+"""The ALBERT trainer on 2 ranks (tiny config, the default corpus): the loss falls clearly over 200 steps;
 Open MPI from the same seed (the trainer's stock CPU baseline, launched by mpirun) gives the same loss curve;
 a run stopped and resumed from its checkpoint ends where an uninterrupted run ends.
 
@@ -49,11 +49,14 @@ def curve(log):
 
 failures = []
 
-ours = train("hiercoll", "--steps", "300", "--backend", "hiercoll", "--num-workers", "2")
-theirs = train("mpi", "--steps", "300", "--backend", "mpi", "--num-workers", "0", under_mpirun=True)
+# 200 steps: the loss fell from 8.28 to 6.85 and the accuracy rose from 0.0005 to 0.078 in a 300-step run by step 200
+# (to 6.64 and 0.081 at 300), far past what is checked; the shorter runs take a third off the test.
+steps = 200
+ours = train("hiercoll", "--steps", str(steps), "--backend", "hiercoll", "--num-workers", "2")
+theirs = train("mpi", "--steps", str(steps), "--backend", "mpi", "--num-workers", "0", under_mpirun=True)
 a, b = curve(ours), curve(theirs)
-first, last = a[10], a[300]
-print(f"hiercoll loss {first:.4f} -> {last:.4f}; mpi {b[10]:.4f} -> {b[300]:.4f}")
+first, last = a[10], a[steps]
+print(f"hiercoll loss {first:.4f} -> {last:.4f}; mpi {b[10]:.4f} -> {b[steps]:.4f}")
 if not last < first - 1.0:
     failures.append(f"loss did not fall clearly: {first} -> {last}")
 accuracy = [e["mlm_accuracy"] for e in ours if "step" in e]
