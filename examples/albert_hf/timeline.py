@@ -33,8 +33,9 @@ def summary(ranks, steps):
         handovers = [r["steps"][i]["handover"] for r in ranks]
         ends = [r["steps"][i]["backward_end"] for r in ranks]
         # A rank's own part of the step: from its previous backward's end (optimizer, next batch, forward, backward)
-        # to its last hand-over. The same work whatever the backend, so where it differs between two backends' runs
-        # it is the machine's speed at the time (the rank's median: one rank's slow step is the spread's).
+        # to its last hand-over. The same work whatever the backend but for the backend's small part in it (DDP's
+        # buffer broadcast, buckets handed over earlier that hold backward up), so it shows how fast the machine ran
+        # during a run (the median rank's: one rank's slow step is the spread's).
         compute.append(statistics.median(r["steps"][i]["handover"] - r["steps"][i - 1]["backward_end"] for r in ranks))
         spread.append(max(handovers) - min(handovers))
         collective.append(max(ends) - max(handovers))

@@ -32,10 +32,7 @@ def test_ddp_training_matches_gloo(size, options, tmp_path):
     ours = _final_parameters(size, "worker_ddp.py", "hiercoll", tmp_path, [options])
     gloo = _final_parameters(size, "worker_ddp.py", "gloo", tmp_path, [options])
     _assert_same_parameters(ours, gloo, 1e-3 if "fp16" in options else 1e-5)
-    for rank in range(size):
-        for name, value in ours[rank].items():
-            # DDP keeps replicas identical: every rank ends with rank 0's parameters.
-            assert torch.equal(value, ours[0][name]), f"rank {rank} {name} diverged from rank 0"
+    _assert_replicas_identical(ours)  # DDP keeps replicas identical
     # The run trained: parameters moved away from the initial model.
     torch.manual_seed(0)
     initial = torch.nn.Embedding(50, 16).weight
@@ -87,6 +84,14 @@ def _final_parameters(size, worker, backend, tmp_path, args):
     return [torch.load(f"{tmp_path / backend}.{rank}") for rank in range(size)]
 
 
+def _assert_replicas_identical(results, skip=()):
+    """Every rank ends with rank 0's values, bit for bit (but for the entries in `skip`, each rank's own)."""
+    for rank, state in enumerate(results):
+        for name, value in state.items():
+            if name not in skip:
+                assert torch.equal(value, results[0][name]), f"rank {rank} {name} diverged from rank 0"
+
+
 def _assert_same_parameters(ours, gloo, tol):
     for rank in range(len(gloo)):
         for name, value in gloo[rank].items():
@@ -127,9 +132,7 @@ def test_lightning_ddp_strategy_matches_gloo(tmp_path):
     ours = _final_parameters(2, "worker_lightning.py", "hiercoll", tmp_path, [])
     gloo = _final_parameters(2, "worker_lightning.py", "gloo", tmp_path, [])
     _assert_same_parameters(ours, gloo, 1e-5)  # the parameters and the loss Lightning logged, averaged over ranks
-    for rank in range(2):
-        for name, value in ours[rank].items():
-            assert torch.equal(value, ours[0][name]), f"rank {rank} {name} differs from rank 0's"
+    _assert_replicas_identical(ours)
     assert len(ours[0]["logged loss"]) == 16, "2 epochs of 8 steps (128 samples, 2 ranks, batches of 8)"
     torch.manual_seed(0)
     assert not torch.allclose(ours[0]["net.0.weight"], torch.nn.Linear(16, 32).weight), "training did not move it"
@@ -142,9 +145,7 @@ def test_deepspeed_zero_matches_gloo(stage, tmp_path):
     ours = _final_parameters(2, "worker_deepspeed.py", "hiercoll", tmp_path, [str(stage)])
     gloo = _final_parameters(2, "worker_deepspeed.py", "gloo", tmp_path, [str(stage)])
     _assert_same_parameters(ours, gloo, 1e-5)
-    for rank in range(2):
-        for name, value in ours[rank].items():
-            assert torch.equal(value, ours[0][name]), f"rank {rank} {name} differs from rank 0's"
+    _assert_replicas_identical(ours)
     torch.manual_seed(0)
     assert not torch.allclose(ours[0]["0.weight"], torch.nn.Linear(16, 64).weight), "training did not move it"
 
@@ -170,10 +171,7 @@ def test_hugging_face_albert_in_ddp_matches_gloo(size, tmp_path):
     ours = _final_parameters(size, "worker_hf_albert.py", "hiercoll", tmp_path, [])
     gloo = _final_parameters(size, "worker_hf_albert.py", "gloo", tmp_path, [])
     _assert_same_parameters(ours, gloo, 1e-5)  # incl. every rank's loss curve
-    for rank in range(size):
-        for name, value in ours[rank].items():
-            if name != "losses":
-                assert torch.equal(value, ours[0][name]), f"rank {rank} {name} diverged from rank 0"
+    _assert_replicas_identical(ours, skip={"losses"})
     from transformers import AlbertConfig, AlbertForMaskedLM
     torch.manual_seed(0)
     initial = AlbertForMaskedLM(AlbertConfig(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=2,
