@@ -54,7 +54,9 @@ class Study:
         self.runs = {k[1:]: v for k, v in runs.items() if k[0] == link}
         self.link = link
         self.nodes = sorted({n for n, _, _ in self.cells})
-        self.backends = list(dict.fromkeys(k[1] for k in self.cells))  # in the order they ran
+        # In the order they ran; "B@A,C" is backend B's steps of a run interleaving A and C (train.py --interleave).
+        self.backends = list(dict.fromkeys(k[1] for k in self.cells if "@" not in k[1]))
+        self.interleaved = list(dict.fromkeys(k[1] for k in self.cells if "@" in k[1]))
 
     def rate(self, n, b, w=0):
         c = self.cells.get((n, b, w))
@@ -64,18 +66,42 @@ class Study:
         """Exposed communication per timed step (the first step is not timed), the ranks' average: the median over
         the cell's runs, as its throughput (not the comm wait of its median-throughput run)."""
         runs = self.runs.get((n, b, 0), [])
-        return statistics.median(1000 * r["comm_wait_s"] / max(1, r["steps"] - 1) for r in runs) if runs else None
+        return statistics.median(1000 * r["comm_wait_s"] / max(1, r.get("timed_steps", r["steps"] - 1))
+                                 for r in runs) if runs else None
 
     def speedup(self, n, b):
         """hiercoll's samples/s over backend b's at n nodes."""
         ours, theirs = self.rate(n, "hiercoll"), self.rate(n, b)
         return ours / theirs if ours and theirs else None
 
-    def pair_ratios(self, n, b):
+    def pair_ratios(self, n, b, ours="hiercoll"):
         """hiercoll's samples/s over backend b's in each repeat: runs made minutes apart differ by up to 10% here,
-        the runs of one repeat ran one after the other."""
-        ours, theirs = self.runs.get((n, "hiercoll", 0), []), self.runs.get((n, b, 0), [])
+        the runs of one repeat ran one after the other (or were one run, interleaved)."""
+        ours, theirs = self.runs.get((n, ours, 0), []), self.runs.get((n, b, 0), [])
         return [o["samples_per_s"] / t["samples_per_s"] for o, t in zip(ours, theirs)]
+
+    def interleaved_table(self):
+        """hiercoll against the other backend of each interleaved run: per repeat, the two from one run."""
+        if not self.interleaved:
+            return None
+        ours = next((b for b in self.interleaved if b.startswith("hiercoll@")), None)
+        others = [b for b in self.interleaved if b != ours]
+        if ours is None or len(others) != 1:
+            return None
+        other = others[0]
+        name = NAMES[other.split("@")[0]]
+        rows = []
+        for n in self.nodes:
+            pairs = self.pair_ratios(n, other, ours)
+            if not pairs:
+                continue
+            rows.append([n, fmt(self.rate(n, ours)), fmt(self.rate(n, other)), fmt(statistics.median(pairs), ".2f"),
+                         ", ".join(f"{r:.2f}" for r in pairs), fmt(self.comm_ms_per_step(n, ours), ".0f"),
+                         fmt(self.comm_ms_per_step(n, other), ".0f"), fmt(self.split(n, ours, "collective_ms"), ".0f"),
+                         fmt(self.split(n, other, "collective_ms"), ".0f")])
+        return table(["nodes", "hiercoll samples/s", f"{name} samples/s", f"median of the runs' hiercoll / {name}",
+                      f"each run's hiercoll / {name}", "hiercoll comm wait ms/step", f"{name} comm wait ms/step",
+                      "hiercoll allreduce ms/step", f"{name} allreduce ms/step"], rows)
 
     def efficiency(self, n, b):
         t, t1 = self.rate(n, b), self.rate(self.nodes[0], b)
@@ -143,6 +169,15 @@ class Study:
 REPEATED_NOTE = ("hiercoll / X is the ratio of the two cells' medians. The runs of one repeat ran one after the other, "
                  "while repeats are minutes apart and this machine's speed drifts between them, so the median of the "
                  "repeats' own ratios is the steadier comparison; both are given.\n\n")
+
+
+INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients with one backend and its odd steps' with the "
+                    "other (`train.py --interleave`: a second process group and DDP wrapper over the same model; the "
+                    "first step's backend alternates with the repeats). Each backend's samples/s counts only its own "
+                    "steps, each timed from the end of the step before. The machine's drift, which between separate "
+                    "runs is larger than the backends' difference on one node, falls on both alike, so this ratio "
+                    "measures the backends and not the minute each ran in. One run per repeat; the ratio per run and "
+                    "their median.\n\n")
 
 
 def plot(studies, directory):
@@ -230,6 +265,10 @@ def main():
                      f"the model's buffers before forward, and the buckets handed over before the last one where "
                      f"they hold backward up), and it varies with this machine's speed from one run to the "
                      f"next.\n\n{split}\n\n")
+        interleaved = st.interleaved_table()
+        if interleaved:
+            text += (f"### Link {st.link}: hiercoll and gloo in one run, taking turns step by step\n\n"
+                     f"{INTERLEAVED_NOTE}{interleaved}\n\n")
         text += (f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
                  f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
                  f"### Link {st.link}: speed-up of hiercoll over each backend (ratio of samples/s, same scale)\n\n"

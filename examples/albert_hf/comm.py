@@ -43,6 +43,15 @@ def init_process_group(backend, timeout_s=600):
     return Averager()
 
 
+def new_group(backend, timeout_s=600):
+    """A second group of every rank on another backend, and its Averager (train.py --interleave)."""
+    if backend not in ("hiercoll", "gloo", "nccl"):
+        raise ValueError(f"cannot interleave backend '{backend}' (hiercoll, gloo or nccl)")
+    if backend == "hiercoll":
+        import hiercoll_torch  # noqa: F401  (registers "hiercoll")
+    return Averager(group=dist.new_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s)))
+
+
 def local_rank():
     for name in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
         if name in os.environ:
@@ -60,8 +69,10 @@ class Averager:
     DDP's default hook does), with the moment the last bucket was handed over noted, so the trainer can tell how
     long backward then waited for communication to finish (`exposed_wait`)."""
 
-    def __init__(self, mpi_comm=None):
+    def __init__(self, mpi_comm=None, group=None):
         self.mpi_comm = mpi_comm
+        self.group = group  # None: the default group
+        self.calls = 0  # buckets averaged
         self.last_handover = None
         self.last_handover_wall = None  # time.time(): comparable across the ranks of one host (--timeline-out)
         # One thread makes every MPI call (MPI_THREAD_SERIALIZED is enough) in bucket order.
@@ -69,14 +80,15 @@ class Averager:
 
     @property
     def name(self):
-        return "mpi (Open MPI MPI_Allreduce via mpi4py)" if self.mpi_comm is not None else dist.get_backend()
+        return "mpi (Open MPI MPI_Allreduce via mpi4py)" if self.mpi_comm is not None else dist.get_backend(self.group)
 
     def allreduce(self, bucket):
         tensor = bucket.buffer().div_(dist.get_world_size())
+        self.calls += 1
         self.last_handover = time.perf_counter()
         self.last_handover_wall = time.time()
         if self.mpi_comm is None:
-            return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+            return dist.all_reduce(tensor, group=self.group, async_op=True).get_future().then(lambda fut: fut.value()[0])
         if tensor.device.type != "cpu":
             raise RuntimeError("--backend mpi averages host tensors only; use --device cpu")
         future = torch.futures.Future()

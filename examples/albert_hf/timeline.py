@@ -4,8 +4,11 @@ and the collective itself once every rank has handed over (from the last hand-ov
 comm wait in train.py's summary is the two together, averaged over the ranks; only the second depends on the
 backend. Wall clocks: exact for ranks on one host (the emulated nodes); across machines, off by their clocks' skew.
 
-    python examples/albert_hf/timeline.py [--json] 'OUT/timeline-{rank}.json' [more patterns: one line each]
+    python examples/albert_hf/timeline.py [--json] [--backend NAME] 'OUT/timeline-{rank}.json' [more patterns]
+
+One line per pattern. --backend: of a run with --interleave, only the steps that backend averaged.
 """
+import argparse
 import glob
 import json
 import statistics
@@ -26,10 +29,12 @@ def load(pattern):
     return ranks, steps
 
 
-def summary(ranks, steps):
-    """Medians over the steps after the first (start-up), in milliseconds."""
+def summary(ranks, steps, backend=None):
+    """Medians over the steps after the first (start-up), in milliseconds; with backend, over those it averaged."""
     spread, collective, end_spread, period, compute = [], [], [], [], []
     for i in range(1, steps):
+        if backend is not None and ranks[0]["steps"][i].get("backend", ranks[0]["backend"]) != backend:
+            continue
         handovers = [r["steps"][i]["handover"] for r in ranks]
         ends = [r["steps"][i]["backward_end"] for r in ranks]
         # A rank's own part of the step: from its previous backward's end (optimizer, next batch, forward, backward)
@@ -42,25 +47,32 @@ def summary(ranks, steps):
         end_spread.append(max(ends) - min(ends))  # how far apart the ranks start the next step
         if i > 1:
             period.append(max(ends) - max(r["steps"][i - 1]["backward_end"] for r in ranks))
+    if not spread:
+        raise SystemExit(f"timeline: no step after the first was averaged by {backend}")
     ms = lambda xs: 1e3 * statistics.median(xs)
-    return {"backend": ranks[0]["backend"], "ranks": len(ranks), "steps": steps - 1, "handover_spread_ms": ms(spread),
+    return {"backend": backend or ranks[0]["backend"], "ranks": len(ranks), "steps": len(spread),
+            "handover_spread_ms": ms(spread),
             "collective_ms": ms(collective), "end_spread_ms": ms(end_spread), "step_ms": ms(period),
             "compute_ms": ms(compute)}
 
 
-def main(patterns):
-    if not patterns or patterns == ["--json"]:
-        raise SystemExit(__doc__)
-    if patterns[0] == "--json":  # one JSON object per pattern (scripts/albert-study keeps it with the run's summary)
-        for pattern in patterns[1:]:
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object per pattern (scripts/albert-study keeps "
+                                                            "it with the run's summary)")
+    parser.add_argument("--backend", help="only the steps this backend averaged (a run with --interleave)")
+    parser.add_argument("patterns", nargs="+")
+    args = parser.parse_args(argv)
+    if args.json:
+        for pattern in args.patterns:
             print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
-                              for k, v in summary(*load(pattern)).items()}))
+                              for k, v in summary(*load(pattern), args.backend).items()}))
         return
     print("| backend | ranks | steps | hand-over spread (ms) | last hand-over to last backward end (ms) "
           "| backward ends' spread (ms) | step (ms) | compute (ms) |")
     print("|---|---|---|---|---|---|---|---|")
-    for pattern in patterns:
-        s = summary(*load(pattern))
+    for pattern in args.patterns:
+        s = summary(*load(pattern), args.backend)
         print(f"| {s['backend']} | {s['ranks']} | {s['steps']} | {s['handover_spread_ms']:.0f} | "
               f"{s['collective_ms']:.0f} | {s['end_spread_ms']:.0f} | {s['step_ms']:.0f} | {s['compute_ms']:.0f} |")
 

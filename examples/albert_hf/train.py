@@ -56,6 +56,10 @@ def parse_args(argv=None):
     p.add_argument("--optimizer", choices=["lamb", "adamw"], default="lamb")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--backend", choices=comm.BACKENDS, default="hiercoll")
+    p.add_argument("--interleave", choices=["hiercoll", "gloo", "nccl"],
+                   help="average every other step's gradients with this backend instead (a second group and DDP "
+                        "wrapper over the same model): two backends timed in one run, step by step, so that the "
+                        "machine's drift between runs does not enter their ratio; one summary line each")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (bucket_cap_mb)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (0: the training one)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -86,6 +90,10 @@ def parse_args(argv=None):
         raise SystemExit("--num-workers must be 0 or more")
     if args.amp != "none" and args.device != "cuda":
         raise SystemExit("--amp bf16 is for --device cuda")
+    if args.interleave == args.backend:
+        raise SystemExit("--interleave names the backend --backend already runs")
+    if args.interleave and (args.profile_out or args.resume or args.stop_after):
+        raise SystemExit("--interleave is for timing: not with --profile-out, --resume or --stop-after")
     if args.profile_out and args.accum != 1:
         raise SystemExit("--profile-out records one forward and backward per step: use --accum 1")
     return args
@@ -125,7 +133,9 @@ class Log:
 
 def train(args):
     torch.set_num_threads(args.threads)
-    averager = comm.init_process_group(args.backend)
+    averagers = [comm.init_process_group(args.backend)]
+    if args.interleave:
+        averagers.append(comm.new_group(args.interleave))
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.device == "cuda":
         torch.cuda.set_device(comm.local_rank())
@@ -144,9 +154,14 @@ def train(args):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "albert_replay"))
         import step_profile
         recorder = step_profile.Recorder(model)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_mb,
-              gradient_as_bucket_view=True)
-    ddp.register_comm_hook(averager, comm.averaging_hook)
+    # One DDP wrapper per backend over the same model. A wrapper's reducer acts on a backward only after its own
+    # forward has prepared it, so with --interleave each step's gradients go through the wrapper that ran forward.
+    wrappers = []
+    for averager in averagers:
+        wrappers.append(DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                            bucket_cap_mb=args.bucket_mb, gradient_as_bucket_view=True,
+                            process_group=averager.group))
+        wrappers[-1].register_comm_hook(averager, comm.averaging_hook)
     optimizer = make_optimizer(args, model)
 
     per_step = args.batch * world * args.accum
@@ -172,11 +187,15 @@ def train(args):
     # Per-interval sums, averaged over the ranks when logged: loss, correct predictions, predictions, micro-steps.
     sums = torch.zeros(4, dtype=torch.float64, device=device)  # on the device: no sync per step
     interval = {"t": time.perf_counter(), "comm": 0.0, "data": 0.0, "steps": 0}
-    # Throughput is timed from the end of the first step (start-up and the loader's first batches excluded).
-    timed = {"t": None, "steps": 0, "comm": 0.0, "data": 0.0}
+    # Throughput is timed from the end of the first step (start-up and the loader's first batches excluded): each
+    # later step from the previous one's end to its own, on the clock of the backend that averaged it.
+    timed = [{"steps": 0, "seconds": 0.0, "comm": 0.0, "data": 0.0} for _ in averagers]
+    previous_end = None
     last_loss = float("nan")
     timeline = []  # --timeline-out: per step, when the last bucket was handed over and when backward ended
     for step in range(start, steps):
+        lane = step % len(wrappers)
+        ddp, averager = wrappers[lane], averagers[lane]
         comm_wait = data_wait = 0.0
         step_start = time.perf_counter()
         for micro in range(args.accum):
@@ -198,8 +217,8 @@ def train(args):
                 backward_end = time.perf_counter()
                 comm_wait = averager.exposed_wait(backward_end)
                 if args.timeline_out:
-                    timeline.append({"step": step, "handover": averager.last_handover_wall,
-                                     "backward_end": time.time()})
+                    timeline.append({"step": step, "backend": averager.name,
+                                     "handover": averager.last_handover_wall, "backward_end": time.time()})
             with torch.no_grad():
                 masked = batch["labels"] != -100
                 correct = (out.logits.argmax(-1)[masked] == batch["labels"][masked]).sum()
@@ -215,13 +234,6 @@ def train(args):
         interval["comm"] += comm_wait
         interval["data"] += data_wait
         interval["steps"] += 1
-        if timed["t"] is None:
-            timed["t"] = time.perf_counter()
-        else:
-            timed["steps"] += 1
-            timed["comm"] += comm_wait
-            timed["data"] += data_wait
-
         if (step + 1) % args.log_every == 0 or step + 1 == steps:
             # The waits too, averaged over the ranks: one rank's comm wait alone says mostly how often that rank
             # reached the allreduce first and waited for the others' compute, which on shared cores is the
@@ -241,47 +253,62 @@ def train(args):
         done = step + 1 == steps or (args.stop_after is not None and step + 1 >= args.stop_after)
         if done or (args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
             save_checkpoint(checkpoint_path, args, world, step + 1, model, optimizer, scheduler)
+        end = time.perf_counter()
+        if previous_end is not None:
+            clock = timed[lane]
+            clock["steps"] += 1
+            clock["seconds"] += end - previous_end
+            clock["comm"] += comm_wait
+            clock["data"] += data_wait
+        previous_end = end
         if done:
             break
 
-    seconds = time.perf_counter() - timed["t"] if timed["t"] is not None else 0.0
-    waits = torch.tensor([timed["comm"], timed["data"]], dtype=torch.float64, device=sums.device)
+    waits = torch.tensor([[c["comm"], c["data"]] for c in timed], dtype=torch.float64, device=sums.device)
     dist.all_reduce(waits)  # the summary's waits are the ranks' average, as the log's
-    timed["comm"], timed["data"] = (waits / world).tolist()
+    for clock, (comm_s, data_s) in zip(timed, (waits / world).tolist()):
+        clock["comm"], clock["data"] = comm_s, data_s
     if recorder and (rank == 0 or "{rank}" in args.profile_out):
         step_profile.save(recorder.profile(config=args.config, vocab_size=len(tokenizer), seq_len=args.seq_len,
                                            batch=args.batch, ranks=world, rank=rank, backend=args.backend),
                           args.profile_out.format(rank=rank))
-    log.write(summary=True, backend=averager.name, label=args.label, ranks=world, config=args.config,
-              parameters=parameters, steps=step + 1, global_batch=per_step, examples=(step + 1 - start) * per_step,
-              num_workers=args.num_workers, final_loss=round(last_loss, 6),
-              samples_per_s=round(timed["steps"] * per_step / seconds, 3) if timed["steps"] else None,
-              comm_wait_s=round(timed["comm"], 4), data_wait_s=round(timed["data"], 4), seconds=round(seconds, 3),
-              buckets=bucket_algorithms(ddp, args.backend))
+    # One summary per backend (the last is --backend's); with --interleave each gives the steps it averaged,
+    # "steps" the run's.
+    interleaved = [a.name for a in averagers] if args.interleave else None
+    for averager, ddp, clock in reversed(list(zip(averagers, wrappers, timed))):
+        log.write(summary=True, backend=averager.name, label=args.label, ranks=world, config=args.config,
+                  parameters=parameters, steps=step + 1, global_batch=per_step,
+                  examples=(step + 1 - start) * per_step, num_workers=args.num_workers,
+                  final_loss=round(last_loss, 6), interleaved=interleaved, timed_steps=clock["steps"],
+                  samples_per_s=round(clock["steps"] * per_step / clock["seconds"], 3) if clock["steps"] else None,
+                  comm_wait_s=round(clock["comm"], 4), data_wait_s=round(clock["data"], 4),
+                  seconds=round(clock["seconds"], 3), allreduces=averager.calls,
+                  buckets=bucket_algorithms(ddp, averager))
     if args.timeline_out:
         with open(args.timeline_out.format(rank=rank), "w") as f:
-            json.dump({"rank": rank, "backend": averager.name, "steps": timeline}, f)
+            json.dump({"rank": rank, "backend": averagers[0].name, "steps": timeline}, f)
     del batches  # stops the loader's workers before the group goes
-    release_ddp_then_destroy_group(ddp)
+    release_ddp_then_destroy_group(wrappers)
 
 
-def bucket_algorithms(ddp, backend):
+def bucket_algorithms(ddp, averager):
     """DDP's gradient buckets as it last built them, [bytes, algorithm] each: the allreduce hiercoll picks for that
     size (None for other backends), so that a study's row can be read against the algorithm behind it."""
     sizes = [int(s) for s in str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(",") if s.strip()]
-    if backend != "hiercoll":
+    if averager.name != "hiercoll":
         return [[size, None] for size in sizes]
     import hiercoll_torch
 
-    return [[size, hiercoll_torch.allreduce_algorithm(size)] for size in sizes]
+    return [[size, hiercoll_torch.allreduce_algorithm(size, averager.group)] for size in sizes]
 
 
-def release_ddp_then_destroy_group(ddp):
+def release_ddp_then_destroy_group(wrappers):
     """Frees DDP before the process group. DDP's reducer holds the group from C++ and is freed with the GIL held;
     if it held the last reference, gloo's destructor would join worker threads that may be waiting for the GIL to
     free a finished collective's tensors, and the process would hang at exit (pytorch/pytorch#56297; seen here
     once in ~20 gloo runs). The group's Python object releases the GIL when it goes, so it must go last."""
-    ddp.reducer = ddp.logger = None  # the logger holds the reducer too
+    for ddp in wrappers:
+        ddp.reducer = ddp.logger = None  # the logger holds the reducer too
     gc.collect()
     dist.destroy_process_group()
 

@@ -75,18 +75,52 @@ def test_loss_falls_and_hiercoll_matches_gloo(tmp_path, corpus, tokenizer):
     assert summary["samples_per_s"] > 0 and summary["comm_wait_s"] >= 0
 
 
-def test_resume_continues_the_uninterrupted_run(tmp_path, corpus, tokenizer):
-    whole, _ = train(str(tmp_path / "whole"), corpus, tokenizer, "hiercoll", "--steps", "30")
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory, corpus, tokenizer):
+    """A 30-step hiercoll run, uninterrupted: the reference of the resumed and the interleaved runs."""
+    out = str(tmp_path_factory.mktemp("whole"))
+    steps, summaries = train(out, corpus, tokenizer, "hiercoll", "--steps", "30")
+    return out, steps, summaries
+
+
+def test_resume_continues_the_uninterrupted_run(tmp_path, corpus, tokenizer, whole):
+    whole_dir, whole, _ = whole
     parts = str(tmp_path / "parts")
     train(parts, corpus, tokenizer, "hiercoll", "--steps", "30", "--stop-after", "12")
     # Resumed with loader workers: the batches and masks do not depend on who makes them.
     resumed, _ = train(parts, corpus, tokenizer, "hiercoll", "--steps", "30", "--resume", "--num-workers", "2")
     assert [r["step"] for r in resumed] == list(range(1, 13)) + list(range(13, 31))
     torch.testing.assert_close(curve(resumed), curve(whole), rtol=1e-6, atol=0)
-    a = torch.load(os.path.join(tmp_path / "whole", "checkpoint.pt"), weights_only=False)["model"]
+    a = torch.load(os.path.join(whole_dir, "checkpoint.pt"), weights_only=False)["model"]
     b = torch.load(os.path.join(parts, "checkpoint.pt"), weights_only=False)["model"]
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_interleaved_backends_each_average_their_own_steps(tmp_path, corpus, tokenizer, whole):
+    """--interleave gloo: even steps through hiercoll's DDP wrapper, odd ones through gloo's, over one model. The
+    curve is the uninterrupted hiercoll run's (every step averaged once), each backend's hook ran on its own steps
+    only, and each summary times its own."""
+    _, reference, reference_summaries = whole
+    out = str(tmp_path / "interleaved")
+    steps, summaries = train(out, corpus, tokenizer, "hiercoll", "--steps", "30", "--interleave", "gloo",
+                             "--timeline-out", os.path.join(out, "timeline-{rank}.json"))
+    torch.testing.assert_close(curve(steps), curve(reference), rtol=1e-4, atol=0)
+    by_backend = {s["backend"]: s for s in summaries}
+    assert sorted(by_backend) == ["gloo", "hiercoll"], summaries
+    # Step 0 (hiercoll's) is not timed: 14 timed steps of hiercoll's, 15 of gloo's.
+    assert (by_backend["hiercoll"]["timed_steps"], by_backend["gloo"]["timed_steps"]) == (14, 15)
+    assert all(s["samples_per_s"] > 0 and s["interleaved"] == ["hiercoll", "gloo"] for s in summaries)
+    # Hooks: as many bucket allreduces in all as the run on hiercoll alone made, split between the two.
+    alone = reference_summaries[-1]["allreduces"]
+    assert by_backend["hiercoll"]["allreduces"] + by_backend["gloo"]["allreduces"] == alone
+    assert by_backend["gloo"]["allreduces"] >= 15 and by_backend["hiercoll"]["allreduces"] >= 15
+    for rank in range(2):
+        with open(os.path.join(out, f"timeline-{rank}.json")) as f:
+            timeline = json.load(f)["steps"]
+        assert [t["backend"] for t in timeline] == ["hiercoll", "gloo"] * 15
+        # Each step's last hand-over came from that step's backend, after the step before it ended.
+        assert all(t["handover"] > p["backward_end"] for p, t in zip(timeline, timeline[1:]))
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, corpus, tokenizer):
