@@ -95,13 +95,35 @@ class Study:
             pairs = self.pair_ratios(n, other, ours)
             if not pairs:
                 continue
+            interval = self.pooled_interval(n, ours, other)
             rows.append([n, fmt(self.rate(n, ours)), fmt(self.rate(n, other)), fmt(statistics.median(pairs), ".2f"),
-                         ", ".join(f"{r:.2f}" for r in pairs), fmt(self.comm_ms_per_step(n, ours), ".0f"),
+                         ", ".join(f"{r:.2f}" for r in pairs),
+                         f"{interval[0]:.3f} ± {interval[1]:.3f}" if interval else "–", fmt(self.comm_ms_per_step(n, ours), ".0f"),
                          fmt(self.comm_ms_per_step(n, other), ".0f"), fmt(self.split(n, ours, "collective_ms"), ".0f"),
                          fmt(self.split(n, other, "collective_ms"), ".0f")])
         return table(["nodes", "hiercoll samples/s", f"{name} samples/s", f"median of the runs' hiercoll / {name}",
-                      f"each run's hiercoll / {name}", "hiercoll comm wait ms/step", f"{name} comm wait ms/step",
+                      f"each run's hiercoll / {name}", "all runs' steps pooled: hiercoll / gloo, 95% interval",
+                      "hiercoll comm wait ms/step", f"{name} comm wait ms/step",
                       "hiercoll allreduce ms/step", f"{name} allreduce ms/step"], rows)
+
+    def pooled_interval(self, n, ours, other):
+        """hiercoll / the other from every interleaved step of the cell's runs pooled (mean step times), with its 95%
+        interval from the steps' spread: whether the difference is larger than what this machine resolves."""
+        lanes = []
+        for b in (ours, other):
+            runs = [r for r in self.runs.get((n, b, 0), []) if r.get("step_s_sd") is not None and r["timed_steps"] > 1]
+            count = sum(r["timed_steps"] for r in runs)
+            if count < 2:
+                return None
+            mean = sum(r["seconds"] for r in runs) / count
+            # Within each run and between the runs' means: all steps as one sample.
+            squares = sum((r["timed_steps"] - 1) * r["step_s_sd"] ** 2
+                          + r["timed_steps"] * (r["seconds"] / r["timed_steps"] - mean) ** 2 for r in runs)
+            lanes.append((mean, (squares / (count - 1) / count) ** 0.5))
+        (ours_mean, ours_se), (other_mean, other_se) = lanes
+        ratio = other_mean / ours_mean  # samples/s go as 1 / step time
+        half = 1.96 * ratio * ((ours_se / ours_mean) ** 2 + (other_se / other_mean) ** 2) ** 0.5
+        return ratio, half
 
     def efficiency(self, n, b):
         t, t1 = self.rate(n, b), self.rate(self.nodes[0], b)
@@ -177,7 +199,11 @@ INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients wi
                     "steps, each timed from the end of the step before. The machine's drift, which between separate "
                     "runs is larger than the backends' difference on one node, falls on both alike, so this ratio "
                     "measures the backends and not the minute each ran in. One run per repeat; the ratio per run and "
-                    "their median.\n\n")
+                    "their median. Identical steps still vary from one to the next here (by a sixth of a step and "
+                    "more), so the table also pools every timed step of the cell's runs: the ratio of the two "
+                    "backends' mean step times, with a 95% interval from the steps' spread (1.96 standard errors). "
+                    "Where that interval holds 1.00, this machine cannot tell the backends apart at that "
+                    "scale.\n\n")
 
 
 def plot(studies, directory):
@@ -283,6 +309,13 @@ def main():
         if st.rate(n, "hiercoll") and st.rate(n, "gloo"):
             print(f"albert-study: link {st.link}, {n} node(s): hiercoll {st.rate(n, 'hiercoll'):.1f} samples/s, gloo "
                   f"{st.rate(n, 'gloo'):.1f}, hiercoll/gloo {st.rate(n, 'hiercoll') / st.rate(n, 'gloo'):.2f}\n")
+        ours = next((b for b in st.interleaved if b.startswith("hiercoll@")), None)
+        gloo = next((b for b in st.interleaved if b.startswith("gloo@")), None)
+        for n in st.nodes if ours and gloo else []:
+            if st.pair_ratios(n, gloo, ours):
+                print(f"albert-study: link {st.link}, {n} node(s), interleaved in one run: hiercoll "
+                      f"{st.rate(n, ours):.1f} samples/s, gloo {st.rate(n, gloo):.1f}, median of the runs' "
+                      f"hiercoll/gloo {statistics.median(st.pair_ratios(n, gloo, ours)):.2f}")
     if not args.markdown:
         return
 

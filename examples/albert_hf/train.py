@@ -189,7 +189,7 @@ def train(args):
     interval = {"t": time.perf_counter(), "comm": 0.0, "data": 0.0, "steps": 0}
     # Throughput is timed from the end of the first step (start-up and the loader's first batches excluded): each
     # later step from the previous one's end to its own, on the clock of the backend that averaged it.
-    timed = [{"steps": 0, "seconds": 0.0, "comm": 0.0, "data": 0.0} for _ in averagers]
+    timed = [{"steps": 0, "seconds": 0.0, "squares": 0.0, "comm": 0.0, "data": 0.0} for _ in averagers]
     previous_end = None
     last_loss = float("nan")
     timeline = []  # --timeline-out: per step, when the last bucket was handed over and when backward ended
@@ -258,6 +258,7 @@ def train(args):
             clock = timed[lane]
             clock["steps"] += 1
             clock["seconds"] += end - previous_end
+            clock["squares"] += (end - previous_end) ** 2
             clock["comm"] += comm_wait
             clock["data"] += data_wait
         previous_end = end
@@ -282,13 +283,21 @@ def train(args):
                   final_loss=round(last_loss, 6), interleaved=interleaved, timed_steps=clock["steps"],
                   samples_per_s=round(clock["steps"] * per_step / clock["seconds"], 3) if clock["steps"] else None,
                   comm_wait_s=round(clock["comm"], 4), data_wait_s=round(clock["data"], 4),
-                  seconds=round(clock["seconds"], 3), allreduces=averager.calls,
+                  seconds=round(clock["seconds"], 3), step_s_sd=round(step_sd(clock), 5), allreduces=averager.calls,
                   buckets=bucket_algorithms(ddp, averager))
     if args.timeline_out:
         with open(args.timeline_out.format(rank=rank), "w") as f:
             json.dump({"rank": rank, "backend": averagers[0].name, "steps": timeline}, f)
     del batches  # stops the loader's workers before the group goes
     release_ddp_then_destroy_group(wrappers)
+
+
+def step_sd(clock):
+    """The standard deviation of one backend's timed steps (this rank's): how far a run's throughput can be trusted."""
+    n = clock["steps"]
+    if n < 2:
+        return 0.0
+    return math.sqrt(max(0.0, (clock["squares"] - clock["seconds"] ** 2 / n) / (n - 1)))
 
 
 def bucket_algorithms(ddp, averager):
