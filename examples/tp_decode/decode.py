@@ -8,11 +8,17 @@ Hugging Face transformers (random weights, no download) sharded with plain DTens
     # the lock-step bound: every rank at once, each with collectives that do nothing, meeting where the allreduces
     # would in a spin barrier on shared memory (an allreduce that moves no data and costs nothing)
     python examples/tp_decode/decode.py --backend fake --ranks 2 --lockstep --hidden 1024
+    # DeepSpeed's own tensor parallelism on CPUs: AutoTP over a gloo group, its row-parallel layers' allreduces
+    # through DeepSpeed's shared-memory op (what vLLM, SGLang and DeepSpeed each wrote for this case)
+    torchrun --nproc-per-node 2 examples/tp_decode/decode.py --backend deepspeed --hidden 1024
 
 Per layer, q/k/v and gate/up are split column-wise and o/down row-wise (Megatron's layout): two allreduces of one
 token's hidden state per layer and token, 8 B .. 8 KB each. One thread per rank (the cores are the ranks'). Prints
 one JSON line: tokens/s of `generate` (greedy, KV cache) after a warm-up, and the tokens, which every backend that
 computes the sums must give alike.
+
+DeepSpeed shards the model its own way (AutoTP: the same column- and row-wise split of the decoder layers, and
+lm_head split too, its logits allreduced), so its tokens may differ from the others' in the last bits of a sum.
 
 Ranks in lock step wait at every allreduce for the slowest one's compute since the last, so the no-op bound (one rank
 alone) is not reachable where compute times vary from call to call, as on a shared virtual machine; --lockstep
@@ -98,9 +104,25 @@ def run_lockstep(args):
     return max((p.returncode for p in ranks), key=abs)
 
 
+def deepspeed_allreduce():
+    """What DeepSpeed's inference_all_reduce will run on: its shared-memory op where it loaded and this CPU has the
+    kernel's ISA for fp32 (avx2), else the group's own all_reduce (gloo)."""
+    import deepspeed.comm
+
+    backend = deepspeed.comm.comm.cdb
+    if hasattr(torch.ops, "deepspeed") and hasattr(torch.ops.deepspeed, "inference_all_reduce_") and \
+            getattr(backend, "shm_vector_kernel_level", 0) >= 1:
+        return "deepspeed shm"
+    return f"the group's all_reduce ({dist.get_backend()})"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="hiercoll")
+    parser.add_argument("--sharding", choices=["dtensor", "autotp"], default="dtensor",
+                        help="dtensor: parallelize_module; autotp: DeepSpeed's AutoTP (plain tensors, one allreduce "
+                             "call per row-parallel layer), its allreduces through the group's all_reduce, or with "
+                             "--backend deepspeed through DeepSpeed's shared-memory op")
     parser.add_argument("--ranks", type=int, default=2, help="with --backend fake: the group size to pretend")
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
@@ -122,18 +144,44 @@ def main():
 
     barrier = None
     if args.backend == "fake":
+        if args.sharding == "autotp":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+            import deepspeed
         from torch.testing._internal.distributed.fake_pg import FakeStore
         fake_rank = args.lockstep_rank if args.lockstep_rank is not None else 0
         dist.init_process_group("fake", store=FakeStore(), rank=fake_rank, world_size=args.ranks)
         if args.lockstep_shm is not None:
             barrier = LockstepBarrier(args.lockstep_shm, fake_rank, args.ranks)
+    elif args.backend == "deepspeed" or args.sharding == "autotp":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is imported
+        # DeepSpeed's launcher sets LOCAL_SIZE; its shared-memory op sets itself up only where LOCAL_SIZE equals the
+        # world size, and without it crashes in the first allreduce (0.19.8). torchrun's name for it:
+        if "LOCAL_WORLD_SIZE" in os.environ:
+            os.environ.setdefault("LOCAL_SIZE", os.environ["LOCAL_WORLD_SIZE"])
+        import deepspeed
+        if args.backend == "hiercoll":
+            import hiercoll_torch  # noqa: F401  (registers the backend)
+        deepspeed.init_distributed("gloo" if args.backend == "deepspeed" else args.backend,
+                                   timeout=datetime.timedelta(seconds=300))
     else:
         if args.backend == "hiercoll":
             import hiercoll_torch  # noqa: F401  (registers the backend)
         dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=300))
     rank, size = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
-    model = shard(build_model(args.hidden, args.layers, args.seed), mesh["tp"])
+    allreduce = args.backend
+    if args.backend == "deepspeed" or args.sharding == "autotp":
+        if args.backend == "fake":  # DeepSpeed takes the group made above
+            deepspeed.init_distributed(dist_backend="fake", dist_init_required=False)
+        if args.backend != "deepspeed":  # DeepSpeed's own fallback (CPUs without the op's ISA): the group's all_reduce
+            deepspeed.comm.comm.cdb.shm_vector_kernel_level = 0
+        allreduce = deepspeed_allreduce()
+        engine = deepspeed.init_inference(build_model(args.hidden, args.layers, args.seed),
+                                          tensor_parallel={"tp_size": size}, dtype=torch.float32,
+                                          replace_with_kernel_inject=False)
+        model = engine.module
+    else:
+        mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
+        model = shard(build_model(args.hidden, args.layers, args.seed), mesh["tp"])
     if barrier is not None:  # after each row-wise projection, where its output's allreduce is
         row_wise = [name for name, style in PLAN.items() if isinstance(style, RowwiseParallel)]
         for layer in model.model.layers:
@@ -165,7 +213,8 @@ def main():
     if rank == 0:
         backend = "lockstep" if barrier is not None else args.backend
         print(json.dumps({"summary": True, "backend": backend, "ranks": size, "hidden": args.hidden,
-                          "layers": args.layers, "new_tokens": len(tokens), "seconds": round(seconds, 4),
+                          "allreduce": allreduce, "layers": args.layers, "new_tokens": len(tokens),
+                          "seconds": round(seconds, 4),
                           "tokens_per_s": round(len(tokens) / seconds, 3), "tokens": tokens}), flush=True)
     dist.destroy_process_group()
     if barrier is not None:
