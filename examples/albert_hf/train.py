@@ -289,7 +289,7 @@ def train(args):
         with open(args.timeline_out.format(rank=rank), "w") as f:
             json.dump({"rank": rank, "backend": averagers[0].name, "steps": timeline}, f)
     del batches  # stops the loader's workers before the group goes
-    release_ddp_then_destroy_group(wrappers)
+    release_ddp_then_destroy_group(*wrappers)
 
 
 def step_sd(clock):
@@ -311,10 +311,10 @@ def bucket_algorithms(ddp, averager):
     return [[size, hiercoll_torch.allreduce_algorithm(size, averager.group)] for size in sizes]
 
 
-def release_ddp_then_destroy_group(wrappers):
-    """Frees DDP before the process group. DDP's reducer holds the group from C++ and is freed with the GIL held;
-    if it held the last reference, gloo's destructor would join worker threads that may be waiting for the GIL to
-    free a finished collective's tensors, and the process would hang at exit (pytorch/pytorch#56297; seen here
+def release_ddp_then_destroy_group(*wrappers):
+    """Frees the DDP wrappers before the process group. DDP's reducer holds the group from C++ and is freed with the
+    GIL held; if it held the last reference, gloo's destructor would join worker threads that may be waiting for the
+    GIL to free a finished collective's tensors, and the process would hang at exit (pytorch/pytorch#56297; seen here
     once in ~20 gloo runs). The group's Python object releases the GIL when it goes, so it must go last."""
     for ddp in wrappers:
         ddp.reducer = ddp.logger = None  # the logger holds the reducer too
