@@ -98,11 +98,12 @@ class Study:
             interval = self.pooled_interval(n, ours, other)
             rows.append([n, fmt(self.rate(n, ours)), fmt(self.rate(n, other)), fmt(statistics.median(pairs), ".2f"),
                          ", ".join(f"{r:.2f}" for r in pairs),
-                         f"{interval[0]:.3f} ± {interval[1]:.3f}" if interval else "–", fmt(self.comm_ms_per_step(n, ours), ".0f"),
+                         f"{interval[0]:.3f} ± {interval[1]:.3f}" if interval else "–",
+                         fmt(self.comm_ms_per_step(n, ours), ".0f"),
                          fmt(self.comm_ms_per_step(n, other), ".0f"), fmt(self.split(n, ours, "collective_ms"), ".0f"),
                          fmt(self.split(n, other, "collective_ms"), ".0f")])
         return table(["nodes", "hiercoll samples/s", f"{name} samples/s", f"median of the runs' hiercoll / {name}",
-                      f"each run's hiercoll / {name}", "all runs' steps pooled: hiercoll / gloo, 95% interval",
+                      f"each run's hiercoll / {name}", f"all runs' steps pooled: hiercoll / {name}, 95% interval",
                       "hiercoll comm wait ms/step", f"{name} comm wait ms/step",
                       "hiercoll allreduce ms/step", f"{name} allreduce ms/step"], rows)
 
@@ -193,7 +194,8 @@ REPEATED_NOTE = ("hiercoll / X is the ratio of the two cells' medians. The runs 
                  "repeats' own ratios is the steadier comparison; both are given.\n\n")
 
 
-INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients with one backend and its odd steps' with the "
+INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients with one backend and its odd steps' "
+                    "with the "
                     "other (`train.py --interleave`: a second process group and DDP wrapper over the same model; the "
                     "first step's backend alternates with the repeats). Each backend's samples/s counts only its own "
                     "steps, each timed from the end of the step before. The machine's drift, which between separate "

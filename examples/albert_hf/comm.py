@@ -88,7 +88,8 @@ class Averager:
         self.last_handover = time.perf_counter()
         self.last_handover_wall = time.time()
         if self.mpi_comm is None:
-            return dist.all_reduce(tensor, group=self.group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+            work = dist.all_reduce(tensor, group=self.group, async_op=True)
+            return work.get_future().then(lambda fut: fut.value()[0])
         if tensor.device.type != "cpu":
             raise RuntimeError("--backend mpi averages host tensors only; use --device cpu")
         future = torch.futures.Future()
