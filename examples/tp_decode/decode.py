@@ -104,16 +104,28 @@ def run_lockstep(args):
     return max((p.returncode for p in ranks), key=abs)
 
 
-def deepspeed_allreduce():
-    """What DeepSpeed's inference_all_reduce will run on: its shared-memory op where it loaded and this CPU has the
-    kernel's ISA for fp32 (avx2), else the group's own all_reduce (gloo)."""
-    import deepspeed.comm
+def deepspeed_tp(args, size):
+    """The model sharded by DeepSpeed's AutoTP over the group made already, and what its allreduces run on: with
+    --backend deepspeed DeepSpeed's shared-memory op, else the group's own all_reduce."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is imported
+    # DeepSpeed's launcher sets LOCAL_SIZE; its shared-memory op sets itself up only where LOCAL_SIZE equals the world
+    # size, and without it crashes in the first allreduce (0.19.8). torchrun's name for it:
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        os.environ.setdefault("LOCAL_SIZE", os.environ["LOCAL_WORLD_SIZE"])
+    import deepspeed
 
+    deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)  # wraps that group
     backend = deepspeed.comm.comm.cdb
+    if args.backend != "deepspeed":  # DeepSpeed's own fallback (CPUs without the op's ISA): the group's all_reduce
+        backend.shm_vector_kernel_level = 0
+    engine = deepspeed.init_inference(build_model(args.hidden, args.layers, args.seed),
+                                      tensor_parallel={"tp_size": size}, dtype=torch.float32,
+                                      replace_with_kernel_inject=False)
+    # Where inference_all_reduce goes: the op where it loaded and this CPU has its kernel's ISA for fp32 (avx2).
     if hasattr(torch.ops, "deepspeed") and hasattr(torch.ops.deepspeed, "inference_all_reduce_") and \
             getattr(backend, "shm_vector_kernel_level", 0) >= 1:
-        return "deepspeed shm"
-    return f"the group's all_reduce ({dist.get_backend()})"
+        return engine.module, "deepspeed shm"
+    return engine.module, f"the group's all_reduce ({dist.get_backend()})"
 
 
 def main():
@@ -144,41 +156,21 @@ def main():
 
     barrier = None
     if args.backend == "fake":
-        if args.sharding == "autotp":
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
-            import deepspeed
         from torch.testing._internal.distributed.fake_pg import FakeStore
         fake_rank = args.lockstep_rank if args.lockstep_rank is not None else 0
         dist.init_process_group("fake", store=FakeStore(), rank=fake_rank, world_size=args.ranks)
         if args.lockstep_shm is not None:
             barrier = LockstepBarrier(args.lockstep_shm, fake_rank, args.ranks)
-    elif args.backend == "deepspeed" or args.sharding == "autotp":
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is imported
-        # DeepSpeed's launcher sets LOCAL_SIZE; its shared-memory op sets itself up only where LOCAL_SIZE equals the
-        # world size, and without it crashes in the first allreduce (0.19.8). torchrun's name for it:
-        if "LOCAL_WORLD_SIZE" in os.environ:
-            os.environ.setdefault("LOCAL_SIZE", os.environ["LOCAL_WORLD_SIZE"])
-        import deepspeed
-        if args.backend == "hiercoll":
-            import hiercoll_torch  # noqa: F401  (registers the backend)
-        deepspeed.init_distributed("gloo" if args.backend == "deepspeed" else args.backend,
-                                   timeout=datetime.timedelta(seconds=300))
     else:
         if args.backend == "hiercoll":
             import hiercoll_torch  # noqa: F401  (registers the backend)
-        dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=300))
+        # DeepSpeed's shared-memory allreduce is set up over a gloo group (deepspeed_tp).
+        dist.init_process_group("gloo" if args.backend == "deepspeed" else args.backend,
+                                timeout=datetime.timedelta(seconds=300))
     rank, size = dist.get_rank(), dist.get_world_size()
     allreduce = args.backend
     if args.backend == "deepspeed" or args.sharding == "autotp":
-        if args.backend == "fake":  # DeepSpeed takes the group made above
-            deepspeed.init_distributed(dist_backend="fake", dist_init_required=False)
-        if args.backend != "deepspeed":  # DeepSpeed's own fallback (CPUs without the op's ISA): the group's all_reduce
-            deepspeed.comm.comm.cdb.shm_vector_kernel_level = 0
-        allreduce = deepspeed_allreduce()
-        engine = deepspeed.init_inference(build_model(args.hidden, args.layers, args.seed),
-                                          tensor_parallel={"tp_size": size}, dtype=torch.float32,
-                                          replace_with_kernel_inject=False)
-        model = engine.module
+        model, allreduce = deepspeed_tp(args, size)
     else:
         mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
         model = shard(build_model(args.hidden, args.layers, args.seed), mesh["tp"])
