@@ -80,16 +80,20 @@ class Study:
         ours, theirs = self.runs.get((n, ours, 0), []), self.runs.get((n, b, 0), [])
         return [o["samples_per_s"] / t["samples_per_s"] for o, t in zip(ours, theirs)]
 
-    def interleaved_table(self):
-        """hiercoll against the other backend of each interleaved run: per repeat, the two from one run."""
-        if not self.interleaved:
-            return None
+    def interleaved_pair(self):
+        """The cells of the interleaved runs, hiercoll's and the other backend's ("hiercoll@...", "gloo@..."), and that
+        backend's display name; None without interleaved runs of hiercoll and one other."""
         ours = next((b for b in self.interleaved if b.startswith("hiercoll@")), None)
         others = [b for b in self.interleaved if b != ours]
         if ours is None or len(others) != 1:
             return None
-        other = others[0]
-        name = NAMES[other.split("@")[0]]
+        return ours, others[0], NAMES[others[0].split("@")[0]]
+
+    def interleaved_table(self):
+        """hiercoll against the other backend of each interleaved run: per repeat, the two from one run."""
+        if not self.interleaved_pair():
+            return None
+        ours, other, name = self.interleaved_pair()
         rows = []
         for n in self.nodes:
             pairs = self.pair_ratios(n, other, ours)
@@ -195,9 +199,9 @@ REPEATED_NOTE = ("hiercoll / X is the ratio of the two cells' medians. The runs 
 
 
 INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients with one backend and its odd steps' "
-                    "with the "
-                    "other (`train.py --interleave`: a second process group and DDP wrapper over the same model; the "
-                    "first step's backend alternates with the repeats). Each backend's samples/s counts only its own "
+                    "with the other (`train.py --interleave`: a second process group and DDP wrapper over the same "
+                    "model; the first step's backend alternates with the repeats). Each backend's samples/s counts "
+                    "only its own "
                     "steps, each timed from the end of the step before. The machine's drift, which between separate "
                     "runs is larger than the backends' difference on one node, falls on both alike, so this ratio "
                     "measures the backends and not the minute each ran in. One run per repeat; the ratio per run and "
@@ -295,7 +299,8 @@ def main():
                      f"next.\n\n{split}\n\n")
         interleaved = st.interleaved_table()
         if interleaved:
-            text += (f"### Link {st.link}: hiercoll and gloo in one run, taking turns step by step\n\n"
+            text += (f"### Link {st.link}: hiercoll and {st.interleaved_pair()[2]} in one run, taking turns step by "
+                     f"step\n\n"
                      f"{INTERLEAVED_NOTE}{interleaved}\n\n")
         text += (f"### Link {st.link}: scaling efficiency T(N) / (N · T(1)), each backend against its own "
                  f"{st.nodes[0]}-node throughput\n\n{st.scaling_table()}\n\n"
@@ -311,13 +316,12 @@ def main():
         if st.rate(n, "hiercoll") and st.rate(n, "gloo"):
             print(f"albert-study: link {st.link}, {n} node(s): hiercoll {st.rate(n, 'hiercoll'):.1f} samples/s, gloo "
                   f"{st.rate(n, 'gloo'):.1f}, hiercoll/gloo {st.rate(n, 'hiercoll') / st.rate(n, 'gloo'):.2f}\n")
-        ours = next((b for b in st.interleaved if b.startswith("hiercoll@")), None)
-        gloo = next((b for b in st.interleaved if b.startswith("gloo@")), None)
-        for n in st.nodes if ours and gloo else []:
-            if st.pair_ratios(n, gloo, ours):
+        ours, other, name = st.interleaved_pair() or (None, None, None)
+        for n in st.nodes if ours else []:
+            if st.pair_ratios(n, other, ours):
                 print(f"albert-study: link {st.link}, {n} node(s), interleaved in one run: hiercoll "
-                      f"{st.rate(n, ours):.1f} samples/s, gloo {st.rate(n, gloo):.1f}, median of the runs' "
-                      f"hiercoll/gloo {statistics.median(st.pair_ratios(n, gloo, ours)):.2f}")
+                      f"{st.rate(n, ours):.1f} samples/s, {name} {st.rate(n, other):.1f}, median of the runs' "
+                      f"hiercoll/{name} {statistics.median(st.pair_ratios(n, other, ours)):.2f}")
     if not args.markdown:
         return
 
