@@ -91,9 +91,10 @@ class Study:
 
     def interleaved_table(self):
         """hiercoll against the other backend of each interleaved run: per repeat, the two from one run."""
-        if not self.interleaved_pair():
+        pair = self.interleaved_pair()
+        if not pair:
             return None
-        ours, other, name = self.interleaved_pair()
+        ours, other, name = pair
         rows = []
         for n in self.nodes:
             pairs = self.pair_ratios(n, other, ours)
@@ -201,11 +202,10 @@ REPEATED_NOTE = ("hiercoll / X is the ratio of the two cells' medians. The runs 
 INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients with one backend and its odd steps' "
                     "with the other (`train.py --interleave`: a second process group and DDP wrapper over the same "
                     "model; the first step's backend alternates with the repeats). Each backend's samples/s counts "
-                    "only its own "
-                    "steps, each timed from the end of the step before. The machine's drift, which between separate "
-                    "runs is larger than the backends' difference on one node, falls on both alike, so this ratio "
-                    "measures the backends and not the minute each ran in. One run per repeat; the ratio per run and "
-                    "their median. Identical steps still vary from one to the next here (by a sixth of a step and "
+                    "only its own steps, each timed from the end of the step before. The machine's drift, which "
+                    "between separate runs is larger than the backends' difference on one node, falls on both alike, "
+                    "so this ratio measures the backends and not the minute each ran in. One run per repeat; the "
+                    "ratio per run and their median. Identical steps still vary from one to the next here (by a sixth of a step and "
                     "more), so the table also pools every timed step of the cell's runs: the ratio of the two "
                     "backends' mean step times, with a 95% interval from the steps' spread (1.96 standard errors). "
                     "Where that interval holds 1.00, this machine cannot tell the backends apart at that "
