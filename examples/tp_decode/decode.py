@@ -8,6 +8,9 @@ Hugging Face transformers (random weights, no download) sharded with plain DTens
     # the lock-step bound: every rank at once, each with collectives that do nothing, meeting where the allreduces
     # would in a spin barrier on shared memory (an allreduce that moves no data and costs nothing)
     python examples/tp_decode/decode.py --backend fake --ranks 2 --lockstep --hidden 1024
+    # the concurrent bound: every rank at once with collectives that do nothing, each on its own (no barrier where
+    # the allreduces would be, one before the timed generate): the ranks' compute alone, sharing the machine
+    python examples/tp_decode/decode.py --backend fake --ranks 2 --concurrent --hidden 1024
     # DeepSpeed's own tensor parallelism on CPUs: AutoTP over a gloo group, its row-parallel layers' allreduces
     # through DeepSpeed's shared-memory op (what vLLM, SGLang and DeepSpeed each wrote for this case)
     torchrun --nproc-per-node 2 examples/tp_decode/decode.py --backend deepspeed --hidden 1024
@@ -22,7 +25,8 @@ lm_head split too, its logits allreduced), so its tokens may differ from the oth
 
 Ranks in lock step wait at every allreduce for the slowest one's compute since the last, so the no-op bound (one rank
 alone) is not reachable where compute times vary from call to call, as on a shared virtual machine; --lockstep
-measures what is.
+measures what is. Nor where ranks running at once slow each other down (memory bandwidth, the shared cache):
+--concurrent measures that alone.
 """
 import argparse
 import datetime
@@ -67,7 +71,7 @@ def shard(model, mesh):
     return model
 
 
-class LockstepBarrier:
+class SpinBarrier:
     """Ranks meet here where the allreduces would be, each spinning on shared memory until all have arrived: a
     collective that moves no data and costs nothing, so a rank's time is its compute plus its waits for the others."""
 
@@ -92,15 +96,17 @@ class LockstepBarrier:
         self.shm.close()
 
 
-def run_lockstep(args):
-    """Starts one process per rank (this script, --lockstep-rank) on a fresh barrier; their exit status is ours."""
+def run_bound_ranks(args):
+    """--lockstep, --concurrent: starts one process per rank (this script, --bound-rank) on a fresh barrier; their
+    exit status is ours."""
     shared = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.NamedTemporaryFile(dir=shared, prefix="tp-decode-lockstep-") as f:
         f.write(bytes(8 * args.ranks))
         f.flush()
-        argv = [a for a in sys.argv[1:] if a != "--lockstep"]
-        ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--lockstep-rank", str(r),
-                                   "--lockstep-shm", f.name]) for r in range(args.ranks)]
+        mode = "lockstep" if args.lockstep else "concurrent"
+        argv = [a for a in sys.argv[1:] if a not in ("--lockstep", "--concurrent")]
+        ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--bound-mode", mode,
+                                   "--bound-rank", str(r), "--bound-shm", f.name]) for r in range(args.ranks)]
         while any(p.poll() is None for p in ranks):
             if any(p.poll() not in (None, 0) for p in ranks):  # the others would spin out their 300 s
                 for p in ranks:
@@ -150,22 +156,29 @@ def main():
                         help="print torch.profiler's table of the timed generate (every rank): where a token's time goes")
     parser.add_argument("--lockstep", action="store_true",
                         help="with --backend fake: run every rank at once, meeting in a barrier that costs nothing")
-    parser.add_argument("--lockstep-rank", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--lockstep-shm", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrent", action="store_true",
+                        help="with --backend fake: run every rank at once, each on its own (no barrier but one before "
+                             "the timed generate)")
+    parser.add_argument("--bound-mode", choices=["lockstep", "concurrent"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bound-rank", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bound-shm", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.lockstep and args.backend != "fake":
-        parser.error("--lockstep needs --backend fake")
-    if args.lockstep:
-        sys.exit(run_lockstep(args))
+    for flag in ("lockstep", "concurrent"):
+        if getattr(args, flag) and args.backend != "fake":
+            parser.error(f"--{flag} needs --backend fake")
+    if args.lockstep and args.concurrent:
+        parser.error("--lockstep or --concurrent, not both")
+    if args.lockstep or args.concurrent:
+        sys.exit(run_bound_ranks(args))
     torch.set_num_threads(1)
 
     barrier = None
     if args.backend == "fake":
         from torch.testing._internal.distributed.fake_pg import FakeStore
-        fake_rank = args.lockstep_rank if args.lockstep_rank is not None else 0
+        fake_rank = args.bound_rank if args.bound_rank is not None else 0
         dist.init_process_group("fake", store=FakeStore(), rank=fake_rank, world_size=args.ranks)
-        if args.lockstep_shm is not None:
-            barrier = LockstepBarrier(args.lockstep_shm, fake_rank, args.ranks)
+        if args.bound_shm is not None:
+            barrier = SpinBarrier(args.bound_shm, fake_rank, args.ranks)
     else:
         if args.backend == "hiercoll":
             import hiercoll_torch  # noqa: F401  (registers the backend)
@@ -179,7 +192,7 @@ def main():
     else:
         mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
         model = shard(build_model(args.hidden, args.layers, args.seed), mesh["tp"])
-    if barrier is not None:  # after each row-wise projection, where its output's allreduce is
+    if args.bound_mode == "lockstep":  # after each row-wise projection, where its output's allreduce is
         row_wise = [name for name, style in PLAN.items() if isinstance(style, RowwiseParallel)]
         for layer in model.model.layers:
             for name in row_wise:
@@ -208,7 +221,7 @@ def main():
             print(f"# rank {rank}, {args.backend}\n{table}", flush=True)
     tokens = output[0, args.prompt:].tolist()
     if rank == 0:
-        backend = "lockstep" if barrier is not None else args.backend
+        backend = args.bound_mode or args.backend
         print(json.dumps({"summary": True, "backend": backend, "ranks": size, "hidden": args.hidden,
                           "allreduce": allreduce, "layers": args.layers, "new_tokens": len(tokens),
                           "seconds": round(seconds, 4),
