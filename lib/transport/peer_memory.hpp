@@ -50,6 +50,11 @@ class PeerMemory {
   virtual bool direct_read(uint64_t /*token*/, void* /*to*/, const void* /*from*/, size_t /*bytes*/) const {
     return false;
   }
+  /// The other way: `bytes` from this rank's `from` to address `to` of the rank that published `token`, so that a
+  /// broadcast's root can copy part of the data while the others read the rest. False if the system refused.
+  virtual bool direct_write(uint64_t /*token*/, void* /*to*/, const void* /*from*/, size_t /*bytes*/) const {
+    return false;
+  }
   /// Where a flag's payload starts in its line: after the words device/queue.hpp gives a flag (generation,
   /// signature, HostQueue's sleeper count).
   static constexpr size_t kFlagPayloadOffset = 32;

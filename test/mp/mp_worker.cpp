@@ -150,13 +150,20 @@ void run_collectives(Communicator& comm) {
           }
         }
       }
-      for (int root = 0; root < n; ++root) {
-        Buffer data = r == root ? make_input(root, count, type, ReduceOp::kSum, seed) : Buffer(count * elem);
-        comm.broadcast(data.data(), data.data(), count, type, root).wait();
-        Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
-        std::string what = name("broadcast", type, ReduceOp::kSum, count, true) + " root " + std::to_string(root);
-        for (size_t i = 0; i < count; ++i)
-          expect_equal(what, type, ReduceOp::kSum, data.data(), i, get(type, want.data(), i));
+      for (bool in_place : {true, false}) {
+        for (int root = 0; root < n; ++root) {
+          // Out of place, every rank's input is another buffer than its output (the root's holds the data): a root
+          // that wrote to a peer's input, or a peer that read the root's output, shows in the peer's output.
+          Buffer data = r == root ? make_input(root, count, type, ReduceOp::kSum, seed) : Buffer(count * elem);
+          Buffer out(in_place ? 0 : count * elem);
+          void* target = in_place ? data.data() : out.data();
+          comm.broadcast(data.data(), target, count, type, root).wait();
+          Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
+          std::string what =
+              name("broadcast", type, ReduceOp::kSum, count, in_place) + " root " + std::to_string(root);
+          for (size_t i = 0; i < count; ++i)
+            expect_equal(what, type, ReduceOp::kSum, target, i, get(type, want.data(), i));
+        }
       }
       for (bool in_place : {false, true}) {
         // alltoall: rank r's block j is input elements [j*count, (j+1)*count) of rank r.

@@ -86,22 +86,36 @@ uint8_t* NodeArena::area(int slot, int owner) const {
 
 uint64_t NodeArena::direct_token() const { return static_cast<uint64_t>(getpid()); }
 
-bool NodeArena::direct_read(uint64_t token, void* to, const void* from, size_t bytes) const {
-  auto* dst = static_cast<uint8_t*>(to);
-  auto* src = static_cast<const uint8_t*>(from);
+namespace {
+
+// process_vm_readv or process_vm_writev of `bytes` between `here` (this process) and `there` (process `pid`).
+template <class Move>
+bool cross_memory(Move move, pid_t pid, uint8_t* here, uint8_t* there, size_t bytes) {
   while (bytes > 0) {
-    // One call moves at most what the kernel takes at once (MAX_RW_COUNT, about 2 GB); a short read goes on.
-    iovec local{dst, bytes}, remote{const_cast<uint8_t*>(src), bytes};
-    const ssize_t got = process_vm_readv(static_cast<pid_t>(token), &local, 1, &remote, 1, 0);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
+    // One call moves at most what the kernel takes at once (MAX_RW_COUNT, about 2 GB); a short one goes on.
+    iovec local{here, bytes}, remote{there, bytes};
+    const ssize_t moved = move(pid, &local, 1, &remote, 1, 0);
+    if (moved <= 0) {
+      if (moved < 0 && errno == EINTR) continue;
       return false;  // EPERM / ENOSYS (a sandbox), ESRCH, EFAULT: the caller stages instead
     }
-    dst += got;
-    src += got;
-    bytes -= static_cast<size_t>(got);
+    here += moved;
+    there += moved;
+    bytes -= static_cast<size_t>(moved);
   }
   return true;
+}
+
+}  // namespace
+
+bool NodeArena::direct_read(uint64_t token, void* to, const void* from, size_t bytes) const {
+  return cross_memory(process_vm_readv, static_cast<pid_t>(token), static_cast<uint8_t*>(to),
+                      const_cast<uint8_t*>(static_cast<const uint8_t*>(from)), bytes);
+}
+
+bool NodeArena::direct_write(uint64_t token, void* to, const void* from, size_t bytes) const {
+  return cross_memory(process_vm_writev, static_cast<pid_t>(token), const_cast<uint8_t*>(static_cast<const uint8_t*>(from)),
+                      static_cast<uint8_t*>(to), bytes);
 }
 
 }  // namespace hiercoll::transport

@@ -38,6 +38,7 @@ class NodeArena final : public PeerMemory {
   uint8_t* ring_data(int owner, int index) const override;
   uint64_t direct_token() const override;
   bool direct_read(uint64_t token, void* to, const void* from, size_t bytes) const override;
+  bool direct_write(uint64_t token, void* to, const void* from, size_t bytes) const override;
 
   /// Entries of a rank's ring: how many small broadcasts a root may run ahead of the slowest local rank.
   static constexpr int kRingLines = 32;
