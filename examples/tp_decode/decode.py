@@ -72,8 +72,9 @@ def shard(model, mesh):
 
 
 class SpinBarrier:
-    """Ranks meet here where the allreduces would be, each spinning on shared memory until all have arrived: a
-    collective that moves no data and costs nothing, so a rank's time is its compute plus its waits for the others."""
+    """Ranks meet here, each spinning on shared memory until all have arrived. With --lockstep, where the allreduces
+    would be: a collective that moves no data and costs nothing, so a rank's time is its compute plus its waits for
+    the others. With --concurrent, once, before the timed generate, so that the ranks' timed runs overlap."""
 
     def __init__(self, path, rank, size):
         with open(path, "r+b") as f:
@@ -100,7 +101,7 @@ def run_bound_ranks(args):
     """--lockstep, --concurrent: starts one process per rank (this script, --bound-rank) on a fresh barrier; their
     exit status is ours."""
     shared = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.NamedTemporaryFile(dir=shared, prefix="tp-decode-lockstep-") as f:
+    with tempfile.NamedTemporaryFile(dir=shared, prefix="tp-decode-bound-") as f:
         f.write(bytes(8 * args.ranks))
         f.flush()
         mode = "lockstep" if args.lockstep else "concurrent"
