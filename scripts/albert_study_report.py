@@ -205,9 +205,10 @@ INTERLEAVED_NOTE = ("The same training run averages its even steps' gradients wi
                     "only its own steps, each timed from the end of the step before. The machine's drift, which "
                     "between separate runs is larger than the backends' difference on one node, falls on both alike, "
                     "so this ratio measures the backends and not the minute each ran in. One run per repeat; the "
-                    "ratio per run and their median. Identical steps still vary from one to the next here (by a sixth of a step and "
-                    "more), so the table also pools every timed step of the cell's runs: the ratio of the two "
-                    "backends' mean step times, with a 95% interval from the steps' spread (1.96 standard errors). "
+                    "ratio per run and their median. Identical steps still vary from one to the next here (by a "
+                    "sixth of a step and more), so the table also pools every timed step of the cell's runs: the "
+                    "ratio of the two backends' mean step times, with a 95% interval from the steps' spread (1.96 "
+                    "standard errors). "
                     "Where that interval holds 1.00, this machine cannot tell the backends apart at that "
                     "scale.\n\n")
 

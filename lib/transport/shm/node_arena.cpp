@@ -114,8 +114,8 @@ bool NodeArena::direct_read(uint64_t token, void* to, const void* from, size_t b
 }
 
 bool NodeArena::direct_write(uint64_t token, void* to, const void* from, size_t bytes) const {
-  return cross_memory(process_vm_writev, static_cast<pid_t>(token), const_cast<uint8_t*>(static_cast<const uint8_t*>(from)),
-                      static_cast<uint8_t*>(to), bytes);
+  return cross_memory(process_vm_writev, static_cast<pid_t>(token),
+                      const_cast<uint8_t*>(static_cast<const uint8_t*>(from)), static_cast<uint8_t*>(to), bytes);
 }
 
 }  // namespace hiercoll::transport
