@@ -275,7 +275,8 @@ std::optional<Work> CommunicatorImpl::run_here(Op& op) {
   op.state = std::make_shared<WorkState>();
   Work work(op.state);
   if (op.collective) op.flight_seq = flight_.queued(op.what);
-  run_op(op);  // the endpoint is this thread's until the turn ends: the progress thread waits while it is taken
+  // The endpoint is this thread's until the turn ends: the progress thread waits while it is taken.
+  finish_op(op, run_op(op));
   end_caller_turn();
   return work;
 }

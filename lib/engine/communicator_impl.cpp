@@ -584,7 +584,7 @@ Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
   return push(std::move(op));
 }
 
-void CommunicatorImpl::run_op(Op& op) {
+std::optional<base::Failure> CommunicatorImpl::run_op(Op& op) {
   std::optional<base::Failure> failure;
   if (aborted_) {
     failure = base::Failure{ErrorCode::kRemoteError, {}};
@@ -603,7 +603,7 @@ void CommunicatorImpl::run_op(Op& op) {
   }
   if (failure && op.collective) flight_.ended(op.flight_seq, false);  // never ran
   if (!failure) {
-    if (op.collective) flight_.started(op.flight_seq);
+    if (op.collective) flight_.started(op.flight_seq, std::this_thread::get_id() != thread_.get_id());
     try {
       op.run(op);
     } catch (const Error& e) {
@@ -614,7 +614,11 @@ void CommunicatorImpl::run_op(Op& op) {
     if (op.collective) flight_.ended(op.flight_seq, !failure);
     if (failure) fail(*failure, op.what, op.collective);
   }
-  if (!op.completes_later || failure) op.state->finish(failure);
+  return failure;
+}
+
+void CommunicatorImpl::finish_op(Op& op, std::optional<base::Failure> failure) {
+  if (!op.completes_later || failure) op.state->finish(std::move(failure));
 }
 
 void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, bool collective) {
@@ -721,8 +725,21 @@ void CommunicatorImpl::progress_loop() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
-    run_op(op);
-    poll_p2p();
+    std::optional<base::Failure> failure = run_op(op);
+    // Nothing else to do: the turn goes back to callers before the Work finishes. Finished first, its caller
+    // woke, called again, found the turn still busy and queued the next operation here too, and so on for good:
+    // 2 ranks, 8 B allreduce, about 1 run in 6 stayed on this thread from its first calls, at 0.7-1.1 us a call
+    // against 0.15. Once the turn is given back this thread touches neither the endpoint nor p2p_.
+    bool gave_turn = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty() && p2p_.empty()) {
+        turn_.fetch_and(~kTurnBusy, std::memory_order_release);
+        gave_turn = true;
+      }
+    }
+    finish_op(op, std::move(failure));
+    if (!gave_turn) poll_p2p();
   }
   if (aborted_) fail_pending_p2p();
 }

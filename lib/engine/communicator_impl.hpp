@@ -113,7 +113,11 @@ class CommunicatorImpl {
   /// configured ones, except those set in the environment.
   void measure_link();
   void progress_loop();
-  void run_op(Op& op);
+  /// Runs `op` on this thread and says whether it failed; its Work is left for finish_op, so that the progress
+  /// thread can give the turn back before the waiting caller wakes (progress_loop).
+  std::optional<base::Failure> run_op(Op& op);
+  /// Finishes `op`'s Work after run_op, unless it completes later (point-to-point, finished by poll_p2p).
+  static void finish_op(Op& op, std::optional<base::Failure> failure);
   /// Operation `what` failed on this rank, whichever thread ran it (run_op, run_here): the failure is explained
   /// (explain_halt; a collective's also by on_collective_failure), then the communicator breaks on it (break_on).
   void fail(base::Failure& failure, const std::string& what, bool collective);

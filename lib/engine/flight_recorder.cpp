@@ -45,15 +45,17 @@ uint64_t FlightRecorder::running(const CollectiveName& name, Clock::time_point n
   slot.seq = seq;
   slot.name = name;
   slot.state = State::kRunning;
+  slot.by_caller = true;
   slot.queued = slot.started = now;
   slot.ended = {};
   return seq;
 }
 
-void FlightRecorder::started(uint64_t seq) {
+void FlightRecorder::started(uint64_t seq, bool by_caller) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (Slot* e = find(seq)) {
     e->state = State::kRunning;
+    e->by_caller = by_caller;
     e->started = Clock::now();
   }
 }
@@ -98,6 +100,7 @@ std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
       e.what = slot.what;
     }
     e.state = slot.state;
+    e.by_caller = slot.by_caller;
     e.queued = wall(slot.queued);
     e.started = wall(slot.started);
     e.ended = wall(slot.ended);
@@ -157,7 +160,8 @@ std::string FlightRecorder::json(const std::string& communicator, int rank, int 
   bool first = true;
   for (const Entry& e : entries()) {
     out << (first ? "" : ", ") << "{\"seq\": " << e.seq << ", \"op\": " << quoted(e.what) << ", \"state\": \""
-        << to_string(e.state) << "\", \"queued_us\": " << micros(e.queued) << ", \"started_us\": " << micros(e.started)
+        << to_string(e.state) << "\", \"thread\": \"" << (e.state == State::kQueued ? "" : e.by_caller ? "caller" : "progress")
+        << "\", \"queued_us\": " << micros(e.queued) << ", \"started_us\": " << micros(e.started)
         << ", \"ended_us\": " << micros(e.ended) << "}";
     first = false;
   }

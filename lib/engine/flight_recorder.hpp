@@ -23,6 +23,7 @@ class FlightRecorder {
     uint64_t seq = 0;
     std::string what;
     State state = State::kQueued;
+    bool by_caller = false;  // run by the thread that called it, not the progress thread
     std::chrono::system_clock::time_point queued, started, ended;  // wall clock: comparable across hosts
   };
   using Clock = std::chrono::steady_clock;
@@ -32,7 +33,8 @@ class FlightRecorder {
 
   /// A collective was enqueued; returns its sequence number (0, 1, ...). Any thread.
   uint64_t queued(const std::string& what);
-  void started(uint64_t seq);
+  /// It started, on its caller's thread (`by_caller`) or the progress thread.
+  void started(uint64_t seq, bool by_caller);
   void ended(uint64_t seq, bool ok) { ended(seq, ok, Clock::now()); }
   void ended(uint64_t seq, bool ok, Clock::time_point now);
   /// queued() and started() at once, at `now`, for a collective its caller runs itself. It is kept as data and
@@ -57,6 +59,7 @@ class FlightRecorder {
     std::string what;
     std::optional<CollectiveName> name;  // set: `what` is this, not yet written
     State state = State::kQueued;
+    bool by_caller = false;
     Clock::time_point queued, started, ended;
   };
   Slot* find(uint64_t seq);  // under mutex_

@@ -271,6 +271,14 @@ TEST_CASE("one-node collectives equal the serial reference whether callers or th
   CHECK(result.all_ok());
 }
 
+TEST_CASE("after an operation on the progress thread, small collectives run on their callers' threads again",
+          "[mp][allreduce]") {
+  auto result = launch(2, HIERCOLL_MP_WORKER, {"turn-returns"}, loopback({{"HIERCOLL_FLIGHT_ENTRIES", "600"}}));
+  INFO(result.report());
+  REQUIRE(result.all_ok());
+  for (const auto& rank : result.ranks) CHECK(rank.output.find("PROGRESS_RUN 0\n") != std::string::npos);
+}
+
 TEST_CASE("a rank that stops calling collectives is named by every other rank and by the flight records",
           "[mp][errors][flight]") {
   char dir_template[] = "/tmp/hiercoll-flight-test-XXXXXX";

@@ -2,6 +2,7 @@
 // real collectives and compares this rank's results, element by element, with a serial reference that
 // the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
 #include <dirent.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -456,6 +457,68 @@ void run_layout(Communicator& comm) {
               layout.local_rank, layout.local_size, layout.node_count, comm.allreduce_algorithm(64 << 20).c_str());
 }
 
+// After an operation the progress thread ran (an allreduce past the caller-run limit), the next small one runs on
+// its caller's thread again, every time. Pinned to one CPU, as hiercoll_launch pins a rank, so that the caller
+// and the progress thread share a core: the progress thread's wake-up of the caller hands the core over at once,
+// and a progress thread that finished the Work before giving the caller its turn back kept every later call
+// (bug: about 1 run in 6 of a 2-rank 8 B allreduce at 5x its time). Prints "PROGRESS_RUN <n>": how many of the
+// small allreduces the record shows on the progress thread.
+void run_turn_returns(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) {
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[static_cast<size_t>(r) % cpus.size()], &one);
+    if (DIR* tasks = opendir("/proc/self/task")) {  // every thread: the communicator's are running already
+      while (dirent* task = readdir(tasks)) {
+        if (task->d_name[0] != '.') sched_setaffinity(std::atoi(task->d_name), sizeof one, &one);
+      }
+      closedir(tasks);
+    }
+  }
+  const size_t big = (size_t{2} << 20) / sizeof(float), small = 3;
+  const int rounds = 10, per_round = 50;  // 10 x 51 collectives: within the record's 600 (HIERCOLL_FLIGHT_ENTRIES)
+  for (int round = 0; round < rounds; ++round) {
+    const uint32_t seed = static_cast<uint32_t>(7000 + round);
+    Buffer big_in = make_input(r, big, DataType::kFloat32, ReduceOp::kSum, seed);
+    comm.allreduce(big_in.data(), big_in.data(), big, DataType::kFloat32, ReduceOp::kSum).wait();
+    for (size_t i = 0; i < big; i += 4099) {
+      expect_equal("turn round " + std::to_string(round) + " large", DataType::kFloat32, ReduceOp::kSum,
+                   big_in.data(), i, hiercoll::test::reference_value(n, i, DataType::kFloat32, ReduceOp::kSum, seed));
+    }
+    for (int k = 0; k < per_round; ++k) {
+      const uint32_t small_seed = seed * 100 + static_cast<uint32_t>(k);
+      Buffer in = make_input(r, small, DataType::kFloat32, ReduceOp::kSum, small_seed), out(small * sizeof(float));
+      comm.allreduce(in.data(), out.data(), small, DataType::kFloat32, ReduceOp::kSum).wait();
+      for (size_t i = 0; i < small; ++i) {
+        expect_equal("turn round " + std::to_string(round) + " small", DataType::kFloat32, ReduceOp::kSum, out.data(),
+                     i, hiercoll::test::reference_value(n, i, DataType::kFloat32, ReduceOp::kSum, small_seed));
+      }
+    }
+  }
+  // Entries look like {"seq": 12, "op": "allreduce(3 x float32, sum) [...]", "state": "done", "thread": "caller", ...}
+  const std::string record = comm.flight_record();
+  int small_ops = 0, on_progress = 0;
+  for (size_t at = record.find("{\"seq\""); at != std::string::npos;) {
+    const size_t next = record.find("{\"seq\"", at + 1);
+    const std::string entry = record.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    if (entry.find("allreduce(" + std::to_string(small) + " ") != std::string::npos) {
+      ++small_ops;
+      if (entry.find("\"thread\": \"progress\"") != std::string::npos) ++on_progress;
+    }
+    at = next;
+  }
+  if (small_ops != rounds * per_round) {
+    std::printf("MISMATCH: the flight record shows %d small allreduces, not %d\n", small_ops, rounds * per_round);
+    ++g_failures;
+  }
+  std::printf("PROGRESS_RUN %d\n", on_progress);
+}
+
 // The allreduce algorithm this rank chooses at sizes 8 B x 8^k up to 128 MB, on one line.
 void run_choices(Communicator& comm) {
   std::string line = "CHOICES";
@@ -876,6 +939,7 @@ int main(int argc, char** argv) {
     else if (scenario == "bucketer") run_bucketer(comm);
     else if (scenario == "layout") run_layout(comm);
     else if (scenario == "choices") run_choices(comm);
+    else if (scenario == "turn-returns") run_turn_returns(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());

@@ -15,7 +15,7 @@ TEST_CASE("the flight recorder keeps the last collectives in order and counts co
   for (int i = 0; i < 5; ++i) {
     uint64_t seq = recorder.queued("op" + std::to_string(i));
     CHECK(seq == static_cast<uint64_t>(i));
-    recorder.started(seq);
+    recorder.started(seq, i == 3);  // op3 by its caller, the others by the progress thread
     if (i < 4) recorder.ended(seq, true);
   }
   CHECK(recorder.called() == 5);
@@ -34,8 +34,9 @@ TEST_CASE("the flight recorder keeps the last collectives in order and counts co
   std::string json = recorder.json("world#0", 1, 4);
   CHECK_THAT(json, Catch::StartsWith("{\"communicator\": \"world#0\", \"rank\": 1, \"size\": 4, \"called\": 5, "
                                      "\"completed\": 4, \"entries\": [{\"seq\": 2, \"op\": \"op2\", \"state\": "
-                                     "\"done\""));
-  CHECK_THAT(json, Catch::Contains("\"seq\": 4, \"op\": \"op4\", \"state\": \"failed\""));
+                                     "\"done\", \"thread\": \"progress\""));
+  CHECK_THAT(json, Catch::Contains("\"seq\": 3, \"op\": \"op3\", \"state\": \"done\", \"thread\": \"caller\""));
+  CHECK_THAT(json, Catch::Contains("\"seq\": 4, \"op\": \"op4\", \"state\": \"failed\", \"thread\": \"progress\""));
 }
 
 // A collective its caller runs is kept as data (running()) and named only when the record is read: the same text
@@ -67,7 +68,9 @@ TEST_CASE("a collective run by its caller is named and timed like a queued one w
     CHECK(e.ended <= wall_after + std::chrono::milliseconds(1));
   }
   CHECK(entries[0].ended == std::chrono::system_clock::time_point{});  // never ended: no time
-  CHECK_THAT(recorder.json("world#0", 0, 2), Catch::Contains("\"op\": \"" + entries[1].what + "\""));
+  const std::string json = recorder.json("world#0", 0, 2);
+  CHECK_THAT(json, Catch::Contains("\"op\": \"" + entries[1].what + "\", \"state\": \"done\", \"thread\": \"caller\""));
+  CHECK_THAT(json, Catch::Contains("\"state\": \"queued\", \"thread\": \"\""));  // not started: no thread
 }
 
 TEST_CASE("the flight recorder escapes operation names in its JSON", "[flight]") {
