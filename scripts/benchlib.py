@@ -126,9 +126,10 @@ def ring_vs_hier(nodes, per_node, max_bytes, netns):
 
 def alternated(rounds, runs):
     """Each of `runs` (name: a function giving a series), `rounds` times in turn, and per size the run of median
-    time (its "times": every run's, fastest first). Small-message times on this 2-core machine move by 2x from run
-    to run with where the scheduler put the ranks, for every backend alike; one run each, in a row, compares two
-    draws rather than two libraries."""
+    time (its "times": every run's, fastest first). Small-message times on this 2-core VM move by 2x and more from
+    run to run, for every backend alike, with where the host puts the two vCPUs: one cache line passes between them
+    in 25-45 ns or in 250 (build/bench/core_handover, both seen on one day, each for minutes); one run each, in a row,
+    compares two draws rather than two libraries."""
     draws = {name: [] for name in runs}
     for _ in range(rounds):
         for name, go in runs.items():

@@ -148,7 +148,9 @@ class HIERCOLL_API Communicator {
   /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
   const Layout& layout() const;
   /// The flight recorder: this rank's last collectives (HIERCOLL_FLIGHT_ENTRIES of them) as a JSON object with
-  /// sequence number, operation, state (queued, running, done, failed) and wall-clock times in microseconds.
+  /// sequence number, operation, state (queued, running, done, failed), the thread that ran it ("caller": the
+  /// calling thread, as small node-local collectives are run; "progress": the communicator's progress thread) and
+  /// wall-clock times in microseconds.
   /// Thread-safe; for finding which rank is behind when a job hangs (tools/flight-report merges ranks' records).
   std::string flight_record() const;
 

@@ -134,6 +134,12 @@ long long micros(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
 
+// Which thread ran it: "" for one not started.
+const char* thread_name(const FlightRecorder::Entry& e) {
+  if (e.state == FlightRecorder::State::kQueued) return "";
+  return e.by_caller ? "caller" : "progress";
+}
+
 // "1, 3-5, 8"
 std::string ranges(const std::vector<int>& ranks) {
   std::string out;
@@ -160,9 +166,8 @@ std::string FlightRecorder::json(const std::string& communicator, int rank, int 
   bool first = true;
   for (const Entry& e : entries()) {
     out << (first ? "" : ", ") << "{\"seq\": " << e.seq << ", \"op\": " << quoted(e.what) << ", \"state\": \""
-        << to_string(e.state) << "\", \"thread\": \"" << (e.state == State::kQueued ? "" : e.by_caller ? "caller" : "progress")
-        << "\", \"queued_us\": " << micros(e.queued) << ", \"started_us\": " << micros(e.started)
-        << ", \"ended_us\": " << micros(e.ended) << "}";
+        << to_string(e.state) << "\", \"thread\": \"" << thread_name(e) << "\", \"queued_us\": " << micros(e.queued)
+        << ", \"started_us\": " << micros(e.started) << ", \"ended_us\": " << micros(e.ended) << "}";
     first = false;
   }
   out << "]}";

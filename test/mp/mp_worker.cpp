@@ -2,9 +2,9 @@
 // real collectives and compares this rank's results, element by element, with a serial reference that
 // the rank computes itself from everyone's (deterministic) inputs. Exit code 0 means every element matched.
 #include <dirent.h>
-#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -487,8 +487,8 @@ void run_turn_returns(Communicator& comm) {
     Buffer big_in = make_input(r, big, DataType::kFloat32, ReduceOp::kSum, seed);
     comm.allreduce(big_in.data(), big_in.data(), big, DataType::kFloat32, ReduceOp::kSum).wait();
     for (size_t i = 0; i < big; i += 4099) {
-      expect_equal("turn round " + std::to_string(round) + " large", DataType::kFloat32, ReduceOp::kSum,
-                   big_in.data(), i, hiercoll::test::reference_value(n, i, DataType::kFloat32, ReduceOp::kSum, seed));
+      expect_equal("turn round " + std::to_string(round) + " large", DataType::kFloat32, ReduceOp::kSum, big_in.data(),
+                   i, hiercoll::test::reference_value(n, i, DataType::kFloat32, ReduceOp::kSum, seed));
     }
     for (int k = 0; k < per_round; ++k) {
       const uint32_t small_seed = seed * 100 + static_cast<uint32_t>(k);
