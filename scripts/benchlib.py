@@ -124,16 +124,35 @@ def ring_vs_hier(nodes, per_node, max_bytes, netns):
           f"hier/ring {busbw['hier'] / busbw['ring']:.2f}", flush=True)
 
 
-def alternated(rounds, runs):
+def alternated(rounds, runs, machine=None, spread=1.5, retries=None):
     """Each of `runs` (name: a function giving a series), `rounds` times in turn, and per size the run of median
     time (its "times": every run's, fastest first). Small-message times on this 2-core VM move by 2x and more from
     run to run, for every backend alike, with where the host puts the two vCPUs: one cache line passes between them
     in 25-45 ns or in 250 (build/bench/core_handover, both seen on one day, each for minutes); one run each, in a row,
-    compares two draws rather than two libraries."""
+    compares two draws rather than two libraries.
+
+    With `machine` (a function measuring the machine's state, e.g. that hand-over), it is measured before every run,
+    and a round in which it moved by more than `spread` times is run again (up to `retries` more rounds, default
+    `rounds`): its runs met different machines, so they compare nothing. Every backend's runs come from the same
+    kept rounds. Returns (result, the kept rounds' states, how many rounds were run again) with `machine`, else the
+    result alone."""
     draws = {name: [] for name in runs}
-    for _ in range(rounds):
+    states, redone = [], 0
+    retries = rounds if retries is None else retries
+    while len(next(iter(draws.values()))) < rounds:
+        round_draws, round_states = {}, []
         for name, go in runs.items():
-            draws[name].append(go())
+            if machine:
+                round_states.append(machine())
+            round_draws[name] = go()
+        if machine and max(round_states) > spread * min(round_states) and redone < retries:
+            redone += 1
+            print(f"# the machine changed during this round ({min(round_states):.0f}-{max(round_states):.0f}): "
+                  "run again", file=sys.stderr, flush=True)
+            continue
+        for name, series in round_draws.items():
+            draws[name].append(series)
+        states += round_states
     result = {}
     for name, series in draws.items():
         merged = []
@@ -142,7 +161,7 @@ def alternated(rounds, runs):
             merged.append(dict(at_size[len(at_size) // 2], wrong=sum(r["wrong"] for r in at_size),
                                times=[r["time"] for r in at_size]))  # every run's, fastest first
         result[name] = merged
-    return result
+    return (result, sorted(states), redone) if machine else result
 
 
 def human(b):
