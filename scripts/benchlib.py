@@ -137,9 +137,9 @@ def alternated(rounds, runs, machine=None, spread=1.5, retries=None):
     kept rounds. Returns (result, the kept rounds' states, how many rounds were run again) with `machine`, else the
     result alone."""
     draws = {name: [] for name in runs}
-    states, redone = [], 0
+    states, kept, redone = [], 0, 0
     retries = rounds if retries is None else retries
-    while len(next(iter(draws.values()))) < rounds:
+    while kept < rounds:
         round_draws, round_states = {}, []
         for name, go in runs.items():
             if machine:
@@ -153,6 +153,7 @@ def alternated(rounds, runs, machine=None, spread=1.5, retries=None):
         for name, series in round_draws.items():
             draws[name].append(series)
         states += round_states
+        kept += 1
     result = {}
     for name, series in draws.items():
         merged = []
