@@ -203,7 +203,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   const auto now = base::coarse_now();
   const bool one_shot = c.kind == algo::Kind::kAllreduce &&
                         algo::one_shot_allreduce(hierarchy_, host_memory_, c.count * dtype_size(c.type));
-  const uint64_t seq = flight_.running(name_of(c, algorithm, false), now);
+  const uint64_t seq = flight_.started_here(name_of(c, algorithm, false), now);
   ++sequence_;  // the channel numbering stays in step with ranks that run this operation on the progress thread
   std::optional<base::Failure> failure;
   try {
@@ -235,7 +235,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   } catch (const std::exception& e) {
     failure = base::Failure{ErrorCode::kInternal, e.what()};
   }
-  flight_.ended(seq, !failure, base::coarse_now());
+  flight_.ended_here(seq, !failure, base::coarse_now());
   Work work;  // finished: a Work without state
   if (failure) {
     const std::string what = describe(c, algorithm, false);

@@ -503,9 +503,7 @@ Work CommunicatorImpl::enqueue_device_alone(const CollectiveName& name, int devi
   auto state = std::make_shared<WorkState>();
   state->stream_order = ending;
   state->device_end = std::move(ending);
-  // Recorded as run when issued: nothing on the host runs it, and no peer waits for it.
-  const auto now = base::coarse_now();
-  flight_.ended(flight_.running(name, now), true, now);
+  flight_.issued(name, base::coarse_now());
   return Work(std::move(state));
 }
 

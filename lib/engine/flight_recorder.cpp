@@ -18,7 +18,8 @@ const char* to_string(FlightRecorder::State state) {
   return "?";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
+FlightRecorder::FlightRecorder(size_t capacity)
+    : ring_(std::max<size_t>(capacity, 1)), here_(std::max<size_t>(capacity, 1)) {}
 
 FlightRecorder::Slot* FlightRecorder::find(uint64_t seq) {
   Slot& slot = ring_[seq % ring_.size()];
@@ -27,7 +28,7 @@ FlightRecorder::Slot* FlightRecorder::find(uint64_t seq) {
 
 uint64_t FlightRecorder::queued(const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t seq = next_++;
+  const uint64_t seq = next_.fetch_add(1, std::memory_order_relaxed);
   Slot& slot = ring_[seq % ring_.size()];
   std::string name = std::move(slot.what);  // its buffer is reused: no allocation per collective
   name.assign(what);
@@ -38,17 +39,16 @@ uint64_t FlightRecorder::queued(const std::string& what) {
   return seq;
 }
 
-uint64_t FlightRecorder::running(const CollectiveName& name, Clock::time_point now) {
+void FlightRecorder::issued(const CollectiveName& name, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t seq = next_++;
+  const uint64_t seq = next_.fetch_add(1, std::memory_order_relaxed);
   Slot& slot = ring_[seq % ring_.size()];
   slot.seq = seq;
   slot.name = name;
-  slot.state = State::kRunning;
+  slot.state = State::kDone;
   slot.by_caller = true;
-  slot.queued = slot.started = now;
-  slot.ended = {};
-  return seq;
+  slot.queued = slot.started = slot.ended = now;
+  completed_ = std::max(completed_, seq + 1);
 }
 
 void FlightRecorder::started(uint64_t seq, bool by_caller) {
@@ -69,14 +69,94 @@ void FlightRecorder::ended(uint64_t seq, bool ok, Clock::time_point now) {
   }
 }
 
-uint64_t FlightRecorder::called() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return next_;
+namespace {
+
+// One writer's update of a HereSlot, as a seqlock's: the odd version goes out before any field, the even one after
+// all of them (Boehm, "Can seqlocks get along with programming language memory models?", 2012).
+class Writing {
+ public:
+  explicit Writing(std::atomic<uint64_t>& version)
+      : version_(version), at_(version.load(std::memory_order_relaxed) + 1) {
+    version_.store(at_, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~Writing() { version_.store(at_ + 1, std::memory_order_release); }
+  Writing(const Writing&) = delete;
+  Writing& operator=(const Writing&) = delete;
+
+ private:
+  std::atomic<uint64_t>& version_;
+  const uint64_t at_;
+};
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+}  // namespace
+
+uint64_t FlightRecorder::started_here(const CollectiveName& name, Clock::time_point now) {
+  const uint64_t seq = next_.fetch_add(1, kRelaxed);  // queued() may number one on another thread meanwhile
+  HereSlot& slot = here_[seq % here_.size()];
+  Writing writing(slot.version);
+  slot.seq.store(seq, kRelaxed);
+  slot.state.store(State::kRunning, kRelaxed);
+  slot.kind.store(name.kind, kRelaxed);
+  slot.count.store(name.count, kRelaxed);
+  slot.type.store(name.type, kRelaxed);
+  slot.op.store(name.op, kRelaxed);
+  slot.root.store(name.root, kRelaxed);
+  slot.algorithm.store(name.algorithm, kRelaxed);
+  slot.on_device.store(name.on_device, kRelaxed);
+  slot.started.store(now.time_since_epoch().count(), kRelaxed);
+  slot.ended.store(0, kRelaxed);
+  return seq;
 }
+
+void FlightRecorder::ended_here(uint64_t seq, bool ok, Clock::time_point now) {
+  HereSlot& slot = here_[seq % here_.size()];
+  {
+    Writing writing(slot.version);  // the slot is still seq's: only the next started_here() reuses it
+    slot.state.store(ok ? State::kDone : State::kFailed, kRelaxed);
+    slot.ended.store(now.time_since_epoch().count(), kRelaxed);
+  }
+  // Callers' collectives end in sequence (one turn at a time), so this count only grows.
+  if (ok) completed_here_.store(seq + 1, std::memory_order_release);
+}
+
+std::optional<FlightRecorder::Slot> FlightRecorder::read(const HereSlot& slot, uint64_t seq) {
+  for (;;) {
+    const uint64_t before = slot.version.load(std::memory_order_acquire);
+    if (before % 2 == 1) {  // its writer is between two stores: a few instructions, unless it was preempted
+      std::this_thread::yield();
+      continue;
+    }
+    Slot e;
+    e.seq = slot.seq.load(kRelaxed);
+    CollectiveName name;
+    name.kind = slot.kind.load(kRelaxed);
+    name.count = slot.count.load(kRelaxed);
+    name.type = slot.type.load(kRelaxed);
+    name.op = slot.op.load(kRelaxed);
+    name.root = slot.root.load(kRelaxed);
+    name.algorithm = slot.algorithm.load(kRelaxed);
+    name.on_device = slot.on_device.load(kRelaxed);
+    e.name = name;
+    e.state = slot.state.load(kRelaxed);
+    e.by_caller = true;
+    e.queued = e.started = Clock::time_point(Clock::duration(slot.started.load(kRelaxed)));
+    const Clock::rep ended = slot.ended.load(kRelaxed);
+    if (ended != 0) e.ended = Clock::time_point(Clock::duration(ended));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.version.load(kRelaxed) != before) continue;  // written meanwhile: a mix of two states
+    if (e.seq != seq) return std::nullopt;
+    return e;
+  }
+}
+
+uint64_t FlightRecorder::called() const { return next_.load(std::memory_order_acquire); }
 
 uint64_t FlightRecorder::completed() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
+  return std::max(completed_, completed_here_.load(std::memory_order_acquire));
 }
 
 std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
@@ -89,21 +169,28 @@ std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
   };
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Entry> kept;
-  const uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 0;
-  for (uint64_t seq = first; seq < next_; ++seq) {
-    const Slot& slot = ring_[seq % ring_.size()];
-    Entry e;
-    e.seq = slot.seq;
-    if (slot.name) {
-      describe_into(e.what, *slot.name);
-    } else {
-      e.what = slot.what;
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  const uint64_t first = next > ring_.size() ? next - ring_.size() : 0;
+  for (uint64_t seq = first; seq < next; ++seq) {
+    std::optional<Slot> here;
+    const Slot* slot = &ring_[seq % ring_.size()];
+    if (slot->seq != seq) {
+      here = read(here_[seq % here_.size()], seq);
+      if (!here) continue;  // numbered, not yet written: its caller is about to start it
+      slot = &*here;
     }
-    e.state = slot.state;
-    e.by_caller = slot.by_caller;
-    e.queued = wall(slot.queued);
-    e.started = wall(slot.started);
-    e.ended = wall(slot.ended);
+    Entry e;
+    e.seq = seq;
+    if (slot->name) {
+      describe_into(e.what, *slot->name);
+    } else {
+      e.what = slot->what;
+    }
+    e.state = slot->state;
+    e.by_caller = slot->by_caller;
+    e.queued = wall(slot->queued);
+    e.started = wall(slot->started);
+    e.ended = wall(slot->ended);
     kept.push_back(std::move(e));
   }
   return kept;
