@@ -14,7 +14,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "albert_hf")
 SMALL = ["--seq-len", "64", "--batch", "8"]
 sys.path.insert(0, os.path.join(ROOT, "test", "torch"))
-from launch import base_env, free_port  # noqa: E402  (the torch tests' launcher environment)
+from launch import base_env, torchrun_command  # noqa: E402  (the torch tests' launcher environment)
 
 
 def env():
@@ -41,8 +41,7 @@ def tokenizer(tmp_path_factory, corpus):
 
 
 def torchrun(script, args, ranks=2, timeout=600):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-           str(free_port()), os.path.join(EXAMPLE, script), *map(str, args)]
+    cmd = torchrun_command(os.path.join(EXAMPLE, script), *args, ranks=ranks)
     proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc.stdout
@@ -126,9 +125,8 @@ def test_interleaved_backends_each_average_their_own_steps(tmp_path, corpus, tok
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, corpus, tokenizer):
     out = str(tmp_path / "run")
     train(out, corpus, tokenizer, "hiercoll", "--steps", "4")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           os.path.join(EXAMPLE, "train.py"), "--corpus", corpus, "--tokenizer", tokenizer, "--out", out,
-           "--steps", "8", "--resume", "--seq-len", "64", "--batch", "4"]
+    cmd = torchrun_command(os.path.join(EXAMPLE, "train.py"), "--corpus", corpus, "--tokenizer", tokenizer, "--out",
+                           out, "--steps", "8", "--resume", "--seq-len", "64", "--batch", "4")
     proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "different run" in proc.stderr and "'batch': (8, 4)" in proc.stderr, proc.stderr[-3000:]

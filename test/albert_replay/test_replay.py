@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "albert_hf"))
 sys.path.insert(0, os.path.join(ROOT, "test", "torch"))
 import replay  # noqa: E402
 import step_profile  # noqa: E402
-from launch import base_env, free_port  # noqa: E402
+from launch import base_env, torchrun_command  # noqa: E402
 from transformers import AlbertConfig, AlbertForMaskedLM  # noqa: E402
 
 SMALL = dict(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
@@ -112,8 +112,7 @@ def torchrun(args, ranks=2):
     env = {k: v for k, v in base_env({"HIERCOLL_TIMEOUT_MS": "120000"}).items() if not k.startswith("MASTER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(ROOT, "build", "python"),
                                                       env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-           str(free_port()), os.path.join(EXAMPLE, "replay.py"), *map(str, args)]
+    cmd = torchrun_command(os.path.join(EXAMPLE, "replay.py"), *args, ranks=ranks)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads([line for line in proc.stdout.splitlines() if '"summary": true' in line][-1])

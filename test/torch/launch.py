@@ -18,6 +18,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def torchrun_command(script, *args, ranks=2):
+    """`python -m torch.distributed.run` for `ranks` processes of `script` on this host, its rendezvous store on a
+    port the kernel assigns as the store binds it (--standalone: c10d rendezvous at localhost:0, the ranks sharing
+    the agent's store). A port found free beforehand may be taken before torchrun binds it, by an outgoing
+    connection's ephemeral port or a test running beside: albert_hf failed so once (EADDRINUSE, 2026-11-27)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), script,
+            *map(str, args)]
+
+
 def base_env(extra=None):
     env = dict(os.environ)
     env.update(
