@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from launch import HERE, base_env, free_port, run_ranks
+from launch import HERE, base_env, run_ranks
 
 
 @pytest.mark.parametrize("size", [pytest.param(2, marks=pytest.mark.quick), 4])
@@ -53,11 +53,11 @@ def test_cuda_tensors_in_place(size):
 
 def test_torchrun_launch():
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not installed")
-    port = free_port()
     proc = subprocess.run(
-        # --redirects/--tee 1: torch 1.13's torchrun cannot parse its default "0" under Python 3.11's enums.
+        # --redirects/--tee 1: torch 1.13's torchrun cannot parse its default "0" under Python 3.11's enums. Port 0:
+        # the rendezvous store binds one the kernel assigns (see launch.torchrun_command).
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=3", "--redirects=1", "--tee=1",
-         f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_backend=c10d", os.path.join(HERE, "worker_launch.py")],
+         "--rdzv_endpoint=127.0.0.1:0", "--rdzv_backend=c10d", os.path.join(HERE, "worker_launch.py")],
         env=base_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert all(f"rank {r} of 3 ok" in proc.stdout for r in range(3)), proc.stdout
