@@ -147,6 +147,9 @@ class HIERCOLL_API Communicator {
   std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;
   /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
   const Layout& layout() const;
+  /// The NIC (libfabric domain) this rank's network endpoint runs on, e.g. "eth1" or "rdmap16s27-rdm": local rank l
+  /// of every node takes the l-th of the node's NICs, modulo their number (HIERCOLL_FABRIC_IFACE, docs/cluster.md).
+  std::string fabric_nic() const;
   /// The flight recorder: this rank's last collectives (HIERCOLL_FLIGHT_ENTRIES of them) as a JSON object with
   /// sequence number, operation, state (queued, running, done, failed), the thread that ran it ("caller": the
   /// calling thread, as small node-local collectives are run; "progress": the communicator's progress thread) and

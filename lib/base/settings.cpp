@@ -34,6 +34,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_FABRIC_IFACE", ""},
       {"HIERCOLL_SOCKET_IFNAME", ""},
       {"HIERCOLL_FABRIC_FORCE_MR", "0"},
+      {"HIERCOLL_FABRIC_CQ_WAIT", "1"},
       {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
       {"FI_OFI_RXM_BUFFER_SIZE", "16K"},
       {"HIERCOLL_CPU_ISA", ""},
@@ -146,6 +147,7 @@ Settings read(bool use_env) {
   s.fabric_iface = r.text("HIERCOLL_FABRIC_IFACE");
   s.socket_ifname = r.text("HIERCOLL_SOCKET_IFNAME");
   s.fabric_force_mr = r.flag("HIERCOLL_FABRIC_FORCE_MR");
+  s.fabric_cq_wait = r.flag("HIERCOLL_FABRIC_CQ_WAIT");
   s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
   s.rxm_buffer_bytes = r.bytes("FI_OFI_RXM_BUFFER_SIZE", 1);
   s.flight_entries = static_cast<uint64_t>(r.integer("HIERCOLL_FLIGHT_ENTRIES", 1));

@@ -43,9 +43,10 @@ struct Settings {
   bool peer_watch = true;         ///< HIERCOLL_PEER_WATCH: dead ranks noticed at once (engine/peer_watch.hpp)
   int64_t heartbeat_timeout_ms = 0;  ///< HIERCOLL_HEARTBEAT_TIMEOUT_MS: a rank unheard this long is dead; 0: never
   std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "" means efa, else tcp
-  std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: "" means the first non-loopback
+  std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: NICs to choose among; "" means the rule (nic_choice.hpp)
   std::string socket_ifname;      ///< HIERCOLL_SOCKET_IFNAME: "" means the first non-loopback with IPv4
   bool fabric_force_mr = false;   ///< HIERCOLL_FABRIC_FORCE_MR
+  bool fabric_cq_wait = true;     ///< HIERCOLL_FABRIC_CQ_WAIT: 0 opens the CQ without a wait object
   uint64_t rxm_buffer_bytes = 0;  ///< FI_OFI_RXM_BUFFER_SIZE, libfabric's own: RxM's eager size (read, never set)
   uint64_t mr_cache_entries = 0;  ///< HIERCOLL_MR_CACHE_ENTRIES
   uint64_t flight_entries = 0;    ///< HIERCOLL_FLIGHT_ENTRIES: collectives the flight recorder keeps

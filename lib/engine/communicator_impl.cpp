@@ -13,8 +13,10 @@
 #include "base/log.hpp"
 #include "engine/collective.hpp"
 #include "hiercoll/errors.hpp"
+#include "launch/rendezvous.hpp"
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
+#include "topo/net.hpp"
 
 namespace hiercoll::engine {
 
@@ -42,12 +44,34 @@ std::string next_instance_name(const std::string& name) {
   return name + "#" + std::to_string(made[name]++);
 }
 
-std::string missing_ranks(Store& store, int size) {
+std::string missing_ranks(Store& store, const std::string& key, int size) {
   std::string list;
   for (int r = 0; r < size; ++r) {
-    if (!store.check({"addr/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    if (!store.check({key + "/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
   }
   return list;
+}
+
+// A published address travels with the identity of the network it was made in (host name and network namespace),
+// so that ranks can tell two hosts publishing one address from ranks of one host sharing it.
+Store::Bytes with_network(const std::vector<uint8_t>& address) {
+  const std::string network = topo::network_identity();
+  Store::Bytes value(2 + address.size() + network.size());
+  value[0] = static_cast<uint8_t>(address.size() >> 8);
+  value[1] = static_cast<uint8_t>(address.size() & 0xff);
+  std::copy(address.begin(), address.end(), value.begin() + 2);
+  std::copy(network.begin(), network.end(), value.begin() + 2 + static_cast<long>(address.size()));
+  return value;
+}
+
+std::pair<std::vector<uint8_t>, std::string> split_network(const Store::Bytes& value, int rank) {
+  const size_t length = value.size() >= 2 ? (size_t{value[0]} << 8 | value[1]) : 0;
+  if (value.size() < 2 || value.size() < 2 + length) {
+    throw RemoteError("Communicator::create: rank " + std::to_string(rank) + "'s address record is malformed (" +
+                      std::to_string(value.size()) + " bytes): a rank of another hiercoll version?");
+  }
+  return {std::vector<uint8_t>(value.begin() + 2, value.begin() + 2 + static_cast<long>(length)),
+          std::string(value.begin() + 2 + static_cast<long>(length), value.end())};
 }
 
 }  // namespace
@@ -80,14 +104,6 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   algo_config_.chunk_bytes = settings_.chunk_bytes;
   algo_config_.slots = settings_.pipeline_slots;
   cost_model_ = algo::CostModel::from(settings_);
-
-  transport::FabricOptions fabric;
-  fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
-  fabric.interface = settings_.fabric_iface;
-  fabric.force_mr = settings_.fabric_force_mr;
-  fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
-  fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
-  endpoint_ = transport::open_fabric_endpoint(fabric);
 
   for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
   instance_ = next_instance_name(options_.name);
@@ -192,22 +208,64 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     }
   }
   if (rank_ != 0) store.set("node/" + std::to_string(rank_), node_id);
-  store.set("addr/" + std::to_string(rank_), endpoint_->address());
+  // Every rank's node first: which NIC a rank opens depends on its local rank.
   std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back("addr/" + std::to_string(r));
-  wait_for_keys(store, keys, [&] { return "rank(s) " + missing_ranks(store, size_) + " of " + std::to_string(size_) +
-                                          " never arrived"; });
-  std::vector<std::vector<uint8_t>> addresses;
+  for (int r = 0; r < size_; ++r) keys.push_back("node/" + std::to_string(r));
+  wait_for_keys(store, keys, [&] {
+    return "rank(s) " + missing_ranks(store, "node", size_) + " of " + std::to_string(size_) + " never arrived";
+  });
   std::vector<std::string> node_ids;
-  for (int r = 0; r < size_; ++r) {
-    addresses.push_back(store.get(keys[r]));
-    node_ids.push_back(store.get_string("node/" + std::to_string(r)));
-  }
-  endpoint_->connect(rank_, addresses);
+  for (int r = 0; r < size_; ++r) node_ids.push_back(store.get_string(keys[r]));
   layout_ = Layout::from_node_ids(node_ids, rank_);
+  open_endpoint();
+  endpoint_->connect(rank_, exchange_addresses(store));
   if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
   fit_chunks_to_provider();
   setup_hierarchy(store, instance);
+}
+
+void CommunicatorImpl::open_endpoint() {
+  transport::FabricOptions fabric;
+  fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
+  fabric.interface = settings_.fabric_iface;
+  fabric.rendezvous_host = launch::rendezvous_host_from_env();
+  fabric.local_rank = layout_.local_rank;
+  fabric.across_nodes = layout_.node_count > 1;
+  fabric.cq_wait = settings_.fabric_cq_wait;
+  fabric.force_mr = settings_.fabric_force_mr;
+  fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
+  fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
+  endpoint_ = transport::open_fabric_endpoint(fabric);
+  endpoint_open_.store(true, std::memory_order_release);
+}
+
+std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store) {
+  store.set("addr/" + std::to_string(rank_), with_network(endpoint_->address()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back("addr/" + std::to_string(r));
+  wait_for_keys(store, keys, [&] {
+    return "rank(s) " + missing_ranks(store, "addr", size_) + " of " + std::to_string(size_) + " never arrived";
+  });
+  std::vector<std::vector<uint8_t>> addresses;
+  std::map<std::string, std::pair<int, std::string>> first_at;  // host address -> first rank publishing it, its network
+  for (int r = 0; r < size_; ++r) {
+    auto [address, network] = split_network(store.get(keys[r]), r);
+    const std::string host = endpoint_->host_of(address);
+    if (!host.empty()) {
+      auto [seen, fresh] = first_at.emplace(host, std::make_pair(r, network));
+      if (!fresh && seen->second.second != network) {
+        // Every rank reads the same records, so every rank fails here, at once, with the same message.
+        throw InvalidUsageError(
+            "Communicator::create: ranks " + std::to_string(seen->second.first) + " and " + std::to_string(r) +
+            " are on different hosts (" + seen->second.second + ", " + network + ") but both publish address " + host +
+            ": the NIC they chose is host-only and reaches neither from the other (this rank's: " +
+            endpoint_->domain() + " of provider " + endpoint_->provider() +
+            "). Set HIERCOLL_FABRIC_IFACE to the NIC that connects the hosts (`ip -br addr`)");
+      }
+    }
+    addresses.push_back(std::move(address));
+  }
+  return addresses;
 }
 
 void CommunicatorImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
@@ -373,7 +431,7 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
     aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
   halt_cv_.notify_all();
-  endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
+  if (endpoint_open_.load(std::memory_order_acquire)) endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   queue_cv_.notify_all();

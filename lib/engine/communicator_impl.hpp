@@ -77,6 +77,7 @@ class CommunicatorImpl {
   }
   uint16_t context() const { return context_; }
   const Layout& layout() const { return layout_; }
+  std::string fabric_nic() const { return endpoint_->domain(); }
   /// The flight recorder's JSON (see flight_recorder.hpp).
   std::string flight_record() const { return flight_.json(instance_, rank_, size_); }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
@@ -103,6 +104,11 @@ class CommunicatorImpl {
   };
 
   void bootstrap(Store& store, const std::string& instance);
+  /// Opens the endpoint on this rank's NIC, which the layout decides (local rank l takes rail l): after the node ids.
+  void open_endpoint();
+  /// Every rank's endpoint address, gathered; fails at once where two hosts publish one address (a host-only
+  /// interface such as docker0 chosen on both), which no rank could reach the other through.
+  std::vector<std::vector<uint8_t>> exchange_addresses(Store& store);
   void setup_hierarchy(Store& store, const std::string& instance);
   /// Waits for `keys` in `store` for the communicator's timeout, giving up at once when the peer watch reports a
   /// lost rank (PeerLostError). The TimeoutError says what `missing()` returns, then how long it waited.
@@ -179,7 +185,8 @@ class CommunicatorImpl {
   uint64_t device_tickets_ = 0;
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::Endpoint> endpoint_;  // opened in bootstrap(), once the layout is known
+  std::atomic<bool> endpoint_open_{false};         // halt() (the peer watch's thread) may wake it from then on
   algo::Scratch scratch_;
 
   std::mutex mutex_;

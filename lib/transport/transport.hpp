@@ -41,6 +41,14 @@ class Endpoint {
   virtual std::string provider() const = 0;
   /// Largest message the provider sends eagerly where larger ones take a handshake (0: no such limit known).
   virtual size_t eager_bytes() const { return 0; }
+  /// The NIC (libfabric domain) the endpoint runs on, e.g. "eth0", "rdmap16s27-rdm".
+  virtual std::string domain() const { return {}; }
+  /// The host part of a published address (an IP for the socket-based providers), "" where the format has none:
+  /// lets start-up see two hosts publishing one address, which reaches neither from the other.
+  virtual std::string host_of(const std::vector<uint8_t>& address) const {
+    (void)address;
+    return {};
+  }
   /// Opaque address to publish to the peers.
   virtual std::vector<uint8_t> address() const = 0;
   /// Makes rank i reachable at addresses[i]; called once with every rank's address.
@@ -65,7 +73,11 @@ class Endpoint {
 /// Options for opening the fabric endpoint (filled from CommOptions and the environment).
 struct FabricOptions {
   std::string provider;   ///< "tcp", "shm", "efa"...; empty: efa if present, else tcp.
-  std::string interface;  ///< Domain / interface name filter, e.g. "lo" (HIERCOLL_FABRIC_IFACE).
+  std::string interface;  ///< HIERCOLL_FABRIC_IFACE: NICs to choose among (fabric/nic_choice.hpp); empty: the rule.
+  std::string rendezvous_host;  ///< the store's host, where known: the NIC that routes there marks the data NICs
+  int local_rank = 0;           ///< picks this rank's NIC among the node's (rail l on NIC l)
+  bool across_nodes = false;    ///< false: every rank on one node, loopback will do
+  bool cq_wait = true;          ///< HIERCOLL_FABRIC_CQ_WAIT: false opens the CQ without a wait object
   bool force_mr = false;  ///< Register memory even if the provider does not require it (HIERCOLL_FABRIC_FORCE_MR).
   size_t mr_cache_entries = 64;  ///< Memory-registration cache capacity (HIERCOLL_MR_CACHE_ENTRIES, 0 disables).
   size_t rxm_buffer_bytes = 16 << 10;  ///< RxM's eager size, libfabric's FI_OFI_RXM_BUFFER_SIZE (see eager_bytes()).

@@ -11,7 +11,7 @@ views=$build/lib/layers
 [ -d "$views/engine" ] || { echo "no layer views under $views"; exit 1; }
 declare -A below=(
   [base]="" [store]="base" [topo]="base" [reduce]="base" [bucket]="base" [c_api]=""
-  [device]="base reduce" [transport]="base reduce device" [algo]="base reduce device transport topo"
+  [device]="base reduce" [transport]="base reduce device topo" [algo]="base reduce device transport topo"
   [launch]="base store" [engine]="base store topo reduce device transport algo launch")
 failures=0 checks=0
 for view in "$views"/*/; do

@@ -165,7 +165,6 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
       std::vector<char*> argv;
       const std::string netns = netns_of(options, r);
       if (!netns.empty()) {
-        setenv("HIERCOLL_FABRIC_IFACE", "hcnic", 1);
         for (const char* word : {"ip", "netns", "exec"}) argv.push_back(const_cast<char*>(word));
         argv.push_back(const_cast<char*>(netns.c_str()));
       }

@@ -27,8 +27,8 @@ struct LaunchOptions {
   bool inherit_output = false;
   /// Emulated nodes on one host: rank r gets HIERCOLL_NODE_ID=node<node_of[r]> (empty: no override).
   std::vector<int> node_of;
-  /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/cluster), using
-  /// its NIC "hcnic"; rank 0 serves the TCP store at store_host.
+  /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/cluster), where each
+  /// rank chooses its NIC among the node's rails as on a real cluster; rank 0 serves the TCP store at store_host.
   std::string netns_prefix;
   /// As mpirun and torchrun do: once a rank fails (a non-zero exit or a signal), the others have `end_grace` to
   /// report their own errors and exit, then get SIGTERM, and SIGKILL `end_grace` later.

@@ -6,7 +6,13 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +22,10 @@
 #include <unordered_set>
 
 #include "base/log.hpp"
+#include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
+#include "topo/net.hpp"
+#include "transport/fabric/nic_choice.hpp"
 #include "transport/mr_cache.hpp"
 #include "transport/transport.hpp"
 
@@ -113,20 +122,91 @@ class FabricEndpoint final : public Endpoint {
 
   void progress(std::chrono::microseconds max_block) override {
     post_backlog();
-    if (drain_completions(nullptr) > 0 || max_block.count() <= 0) return;
+    if (drain_completions(nullptr) > 0) {
+      idle_polls_ = 0;
+      return;
+    }
+    if (max_block.count() <= 0) return;
     if (cq_can_wait_) {
       int timeout_ms = static_cast<int>(std::max<int64_t>(1, max_block.count() / 1000));
       drain_completions(&timeout_ms);
-    } else {
-      // No wait object: yield, then sleep briefly, so an idle rank leaves the core to others.
-      std::this_thread::sleep_for(std::min(max_block, std::chrono::microseconds(50)));
+      return;
+    }
+    wait_without_cq_object(max_block);
+  }
+
+  // Without a CQ wait object (EFA before libfabric 2.5, or HIERCOLL_FABRIC_CQ_WAIT=0) nothing in the provider can be
+  // slept on, and its progress is manual: a peer's handshake or retransmit moves only while this rank calls in. So
+  // the wait polls, first yielding the core between polls, then sleeping on the wake eventfd for a pause that
+  // doubles while nothing completes (kIdlePauseMax at most, the cost of a late message) and starts over on the first
+  // completion: a busy rank polls at once, a rank whose peer is late costs a poll per pause.
+  void wait_without_cq_object(std::chrono::microseconds max_block) {
+    const auto deadline = std::chrono::steady_clock::now() + max_block;
+    for (;;) {
+      ++idle_polls_;
+      if (idle_polls_ <= kIdleYields) {
+        sched_yield();
+      } else {
+        const uint32_t doublings = std::min<uint32_t>(idle_polls_ - kIdleYields, 16);
+        const auto pause = std::min(kIdlePauseMin * (1u << doublings), kIdlePauseMax);
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+        timespec ts{};
+        const auto us = std::max<int64_t>(0, std::min(pause, left).count());
+        ts.tv_sec = static_cast<time_t>(us / 1000000);
+        ts.tv_nsec = static_cast<long>((us % 1000000) * 1000);
+        pollfd fd{wake_fd_.get(), POLLIN, 0};
+        if (ppoll(&fd, 1, &ts, nullptr) > 0) {
+          uint64_t count;
+          if (::read(wake_fd_.get(), &count, sizeof count) < 0) {
+          }  // drained; a failed read leaves it readable, which only makes the next pause end at once
+          return;  // woken (halt, new work): the caller looks at its flags
+        }
+      }
+      post_backlog();
+      if (drain_completions(nullptr) > 0) {
+        idle_polls_ = 0;
+        return;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return;
     }
   }
 
   // fi_cq_signal is libfabric's one call meant for another thread: it ends a blocked fi_cq_sread. Without a wait
-  // object progress() never blocks for more than 50 us, so there is nothing to end.
+  // object the wait sleeps on an eventfd instead, which this ends.
   void wake() override {
-    if (cq_can_wait_) fi_cq_signal(cq_);
+    if (cq_can_wait_) {
+      fi_cq_signal(cq_);
+    } else {
+      const uint64_t one = 1;
+      if (::write(wake_fd_.get(), &one, sizeof one) < 0) {
+      }  // the counter is saturated: a wake is pending anyway
+    }
+  }
+
+  std::string domain() const override { return info_->domain_attr->name ? info_->domain_attr->name : ""; }
+
+  std::string host_of(const std::vector<uint8_t>& address) const override {
+    // sockaddr formats (tcp, udp, sockets, net): the IP part. Others (EFA's GID + QPN, shm's name) carry no host.
+    const uint32_t format = info_->addr_format;
+    if ((format == FI_SOCKADDR || format == FI_SOCKADDR_IN) && address.size() >= sizeof(sockaddr_in)) {
+      sockaddr_in in{};
+      std::memcpy(&in, address.data(), sizeof in);
+      if (in.sin_family == AF_INET) {
+        char text[INET_ADDRSTRLEN] = {0};
+        inet_ntop(AF_INET, &in.sin_addr, text, sizeof text);
+        return text;
+      }
+    }
+    if ((format == FI_SOCKADDR || format == FI_SOCKADDR_IN6) && address.size() >= sizeof(sockaddr_in6)) {
+      sockaddr_in6 in6{};
+      std::memcpy(&in6, address.data(), sizeof in6);
+      if (in6.sin6_family == AF_INET6) {
+        char text[INET6_ADDRSTRLEN] = {0};
+        inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof text);
+        return text;
+      }
+    }
+    return {};
   }
 
   void cancel_all(const std::string& reason) override {
@@ -142,6 +222,8 @@ class FabricEndpoint final : public Endpoint {
 
  private:
   void open(const FabricOptions& options) {
+    wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
     info_ = choose_info(options);
     check_fi("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
     check_fi("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
@@ -153,8 +235,10 @@ class FabricEndpoint final : public Endpoint {
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     cq_attr.size = 4096;
-    cq_attr.wait_obj = FI_WAIT_UNSPEC;  // lets progress() sleep in the provider instead of spinning
-    if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
+    // A wait object lets progress() sleep in the provider instead of polling; EFA before libfabric 2.5 has none
+    // (fi_cq_open fails), and HIERCOLL_FABRIC_CQ_WAIT=0 asks for none, so that that path is tested everywhere.
+    cq_attr.wait_obj = FI_WAIT_UNSPEC;
+    if (options.cq_wait && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
       cq_can_wait_ = true;
     } else {
       cq_attr.wait_obj = FI_WAIT_NONE;
@@ -169,12 +253,16 @@ class FabricEndpoint final : public Endpoint {
     needs_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || options.force_mr;
     rxm_buffer_bytes_ = options.rxm_buffer_bytes;
     if (needs_mr_) {
+      // Where the provider does not choose keys (no FI_MR_PROV_KEY), every live registration needs its own: a second
+      // one asking for the key of the first fails with "Required key not available".
+      const bool provider_keys = (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
       mr_cache_ = std::make_unique<MrCache>(
           options.mr_cache_entries,
-          [this](uintptr_t begin, size_t length) {
+          [this, provider_keys](uintptr_t begin, size_t length) {
             fid_mr* mr = nullptr;
-            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0, 0, 0,
-                                            &mr, nullptr));
+            const uint64_t key = provider_keys ? 0 : next_mr_key_++;
+            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0,
+                                            key, 0, &mr, nullptr));
             MrCache::Registration reg;
             reg.handle = mr;
             reg.descriptor = fi_mr_desc(mr);
@@ -182,8 +270,10 @@ class FabricEndpoint final : public Endpoint {
           },
           [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
     }
-    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << ", domain " << info_->domain_attr->name << ", cq wait "
-                                            << (cq_can_wait_ ? "yes" : "no") << ", mr "
+    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << FI_MAJOR(api_version_) << "."
+                                            << FI_MINOR(api_version_) << ", library " << FI_MAJOR(fi_version()) << "."
+                                            << FI_MINOR(fi_version()) << "), NIC " << domain() << " (" << nic_why_
+                                            << "), cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
                                             << (needs_mr_ ? "registered (cache)" : "not needed"));
   }
 
@@ -203,60 +293,135 @@ class FabricEndpoint final : public Endpoint {
     fabric_ = nullptr;
     info_ = nullptr;
   }
-  static fi_info* choose_info(const FabricOptions& options) {
-    std::vector<std::string> candidates;
+  // The hints every provider is asked with. mr_mode lists what hiercoll can do, not what it wants: without
+  // FI_MR_LOCAL a provider that can register host memory itself does (EFA, through its own cache with a memory
+  // monitor, so a freed and remapped buffer is noticed); FI_MR_LOCAL only where a provider cannot run without it.
+  static fi_info* hints_for(const std::string& provider, bool allow_mr_local) {
+    fi_info* hints = fi_allocinfo();
+    hints->caps = FI_TAGGED;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    hints->domain_attr->mr_mode = FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | (allow_mr_local ? FI_MR_LOCAL : 0);
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+    hints->fabric_attr->prov_name = strdup(provider.c_str());
+    return hints;
+  }
+
+  // hiercoll's tags use all 64 bits (algo/channel.hpp). A provider reserving some (mem_tag_format without bit 63,
+  // as the net provider's 0x5555... formats) would drop or alias them: such an info is not used.
+  static bool carries_our_tags(const fi_info* info) {
+    const uint64_t format = info->ep_attr->mem_tag_format;
+    return format == 0 || (format >> 63) != 0;
+  }
+
+  fi_info* choose_info(const FabricOptions& options) {
+    std::vector<std::string> providers;
     if (!options.provider.empty()) {
-      candidates.push_back(options.provider);
+      providers.push_back(options.provider);
     } else {
-      candidates = {"efa", "tcp"};
+      providers = {"efa", "tcp"};
     }
     std::string tried;
-    for (const auto& name : candidates) {
-      fi_info* hints = fi_allocinfo();
-      hints->caps = FI_TAGGED;
-      hints->ep_attr->type = FI_EP_RDM;
-      hints->mode = FI_CONTEXT | FI_CONTEXT2;
-      hints->domain_attr->threading = FI_THREAD_DOMAIN;
-      hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
-      hints->tx_attr->msg_order = FI_ORDER_SAS;
-      hints->rx_attr->msg_order = FI_ORDER_SAS;
-      hints->fabric_attr->prov_name = strdup(name.c_str());
+    for (const auto& name : providers) {
       fi_info* list = nullptr;
-      int rc = fi_getinfo(FI_VERSION(1, 11), nullptr, nullptr, 0, hints, &list);
-      fi_freeinfo(hints);
+      int rc = -FI_ENODATA;
+      for (bool mr_local : {false, true}) {
+        fi_info* hints = hints_for(name, mr_local);
+        rc = fi_getinfo(api_version_, nullptr, nullptr, 0, hints, &list);
+        fi_freeinfo(hints);
+        if (rc == 0 && list) break;
+      }
       tried += (tried.empty() ? "" : ", ") + name + " (" + (rc ? fi_strerror(-rc) : "ok") + ")";
       if (rc != 0 || list == nullptr) continue;
-      fi_info* chosen = pick_interface(list, options.interface);
-      if (chosen == nullptr) {
-        fi_freeinfo(list);
-        tried += " no domain named '" + options.interface + "'";
+      std::unique_ptr<fi_info, void (*)(fi_info*)> owned(list, fi_freeinfo);
+      std::vector<fi_info*> usable;
+      for (fi_info* info = list; info != nullptr; info = info->next) {
+        if (carries_our_tags(info)) usable.push_back(info);
+      }
+      if (usable.empty()) {
+        tried += " (its tag format is narrower than hiercoll's 64-bit tags)";
         continue;
       }
-      fi_info* copy = fi_dupinfo(chosen);
-      fi_freeinfo(list);
-      return copy;
+      fi_info* chosen = choose_domain(usable, options);
+      if (name == "tcp" && options.provider.empty()) warn_if_efa_unused();
+      return fi_dupinfo(chosen);
     }
     throw FabricError("no usable libfabric provider for FI_EP_RDM + FI_TAGGED; tried: " + tried +
                       ". Set HIERCOLL_FABRIC_PROVIDER to one of `fi_info -l`.");
   }
 
-  // An explicit interface must match; otherwise prefer a non-loopback one so peers on other hosts
-  // (or network namespaces) can reach the published address.
-  static fi_info* pick_interface(fi_info* list, const std::string& interface) {
-    fi_info* loopback = nullptr;
-    for (fi_info* info = list; info != nullptr; info = info->next) {
-      std::string domain = info->domain_attr->name ? info->domain_attr->name : "";
-      if (!interface.empty()) {
-        if (domain == interface) return info;
-        continue;
-      }
-      if (domain == "lo") {
-        if (!loopback) loopback = info;
-        continue;
-      }
-      return info;
+  // The NIC (libfabric domain) this rank opens: nic_choice.hpp's rule over the provider's domains. Of one domain's
+  // infos the IPv4 one where there is one, so that the published address names a host the others can reach.
+  fi_info* choose_domain(const std::vector<fi_info*>& infos, const FabricOptions& options) {
+    std::vector<NicCandidate> candidates;
+    std::vector<topo::NicLocator> locators;
+    std::vector<std::string> loopbacks;
+    for (const auto& i : topo::net_interfaces()) {
+      if (i.loopback) loopbacks.push_back(i.name);
     }
-    return interface.empty() ? loopback : nullptr;
+    for (fi_info* info : infos) {
+      const std::string domain = info->domain_attr->name ? info->domain_attr->name : "";
+      bool known = false;
+      for (const auto& c : candidates) known = known || c.domain == domain;
+      if (known) continue;
+      NicCandidate candidate;
+      candidate.domain = domain;
+      candidate.loopback = std::find(loopbacks.begin(), loopbacks.end(), domain) != loopbacks.end();
+      candidates.push_back(candidate);
+      topo::NicLocator locator;
+      locator.netdev = domain;
+      if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
+        const auto& pci = info->nic->bus_attr->attr.pci;
+        char bus[32];
+        std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.%x", pci.domain_id, pci.bus_id, pci.device_id, pci.function_id);
+        locator.pci_bus_id = bus;
+      }
+      locators.push_back(locator);
+    }
+    if (candidates.size() > 1 && options.across_nodes) {
+      const auto nearness = topo::nic_nearness(locators);
+      for (size_t i = 0; i < candidates.size(); ++i) candidates[i].nearness = nearness[i];
+    }
+    NicRequest request;
+    request.spec = options.interface;
+    request.toward = options.rendezvous_host.empty() ? "" : topo::interface_toward(options.rendezvous_host);
+    request.local_rank = options.local_rank;
+    request.across_nodes = options.across_nodes;
+    const NicChoice choice = choose_nic(candidates, request);
+    nic_why_ = choice.why;
+    fi_info* first = nullptr;
+    for (fi_info* info : infos) {
+      if (!info->domain_attr->name || choice.domain != info->domain_attr->name) continue;
+      if (!first) first = info;
+      if (info->addr_format == FI_SOCKADDR_IN) return info;
+    }
+    return first;
+  }
+
+  // An EFA device the efa provider cannot open (a container without /dev/infiniband, a libfabric built without it)
+  // leaves a node on TCP at a fraction of its bandwidth: worth a warning, not only an INFO line.
+  static void warn_if_efa_unused() {
+    std::string devices;
+    if (DIR* dir = opendir("/sys/class/infiniband")) {
+      while (dirent* entry = readdir(dir)) {
+        if (entry->d_name[0] == '.') continue;
+        const std::string link = std::string("/sys/class/infiniband/") + entry->d_name + "/device/driver";
+        char target[512];
+        const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = 0;
+        const char* driver = std::strrchr(target, '/');
+        if (driver && std::strcmp(driver + 1, "efa") == 0) devices += (devices.empty() ? "" : ", ") + std::string(entry->d_name);
+      }
+      closedir(dir);
+    }
+    if (!devices.empty()) {
+      HIERCOLL_LOG(kWarn, "fabric: EFA device(s) " << devices << " present but the efa provider is not usable; running "
+                                                   "over tcp. Check that /dev/infiniband is visible and libfabric has efa "
+                                                   "(`fi_info -p efa`)");
+    }
   }
 
   std::shared_ptr<FabricRequest> make_request(bool is_send, int peer, Tag tag, size_t bytes, const void* buffer) {
@@ -376,14 +541,25 @@ class FabricEndpoint final : public Endpoint {
     }
   }
 
+  static constexpr uint32_t kIdleYields = 16;
+  static constexpr std::chrono::microseconds kIdlePauseMin{8};
+  static constexpr std::chrono::microseconds kIdlePauseMax{1000};
+
+  // The API of the headers built against: libfabric enables what its version promises (EFA turns device RDMA on
+  // and offers FI_HMEM from 1.18).
+  const uint32_t api_version_ = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
   fi_info* info_ = nullptr;
+  std::string nic_why_;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_av* av_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   bool cq_can_wait_ = false;
+  base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
+  uint32_t idle_polls_ = 0;
   bool needs_mr_ = false;
+  uint64_t next_mr_key_ = 1;
   size_t rxm_buffer_bytes_ = 0;
   int my_rank_ = -1;
   std::vector<fi_addr_t> peers_;

@@ -1,0 +1,43 @@
+#pragma once
+// This host's network interfaces as the NIC choice needs them: which exist, which one the kernel routes through to a
+// given host, and which sit near this process's CPUs (hwloc's PCI locality).
+#include <string>
+#include <vector>
+
+namespace hiercoll::topo {
+
+struct NetInterface {
+  std::string name;  ///< e.g. "eth0", "lo"
+  std::string ipv4;  ///< dotted quad, empty where the interface has none
+  bool loopback = false;
+};
+
+/// The interfaces that are up, in the kernel's order, each once (its first IPv4 address).
+std::vector<NetInterface> net_interfaces();
+
+/// The interface the kernel would send from to reach `host` (a name or a numeric IPv4 address): what torch's gloo
+/// and NCCL's bootstrap use to find an address that reaches the rendezvous. "" when the host does not resolve or no
+/// route leads there.
+std::string interface_toward(const std::string& host);
+
+/// This process's network: its host name and network namespace ("host/net:[4026531840]"). Ranks with the same
+/// identity share their interfaces and addresses; ranks with different ones are on different hosts, or in different
+/// namespaces of one (emulated nodes), and one address cannot belong to both.
+std::string network_identity();
+
+/// Where a NIC sits relative to the CPUs this process may run on.
+enum class Nearness { kNear, kFar, kUnknown };
+
+/// One NIC to place: a network interface name (hwloc lists PCI NICs' interfaces), or a PCI address
+/// "dddd:bb:dd.f" (what libfabric reports for EFA and verbs devices), or both.
+struct NicLocator {
+  std::string netdev;
+  std::string pci_bus_id;
+};
+
+/// For each NIC: near when its PCI device's CPU set (the NUMA node or package it hangs off) meets this process's CPU
+/// binding; unknown for virtual interfaces (veth, bridges, loopback) and where hwloc sees no PCI devices.
+/// Loads hwloc's topology with I/O devices: call once, at start-up.
+std::vector<Nearness> nic_nearness(const std::vector<NicLocator>& nics);
+
+}  // namespace hiercoll::topo

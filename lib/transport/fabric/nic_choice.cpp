@@ -1,0 +1,124 @@
+#include "transport/fabric/nic_choice.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "hiercoll/errors.hpp"
+
+namespace hiercoll::transport {
+namespace {
+
+std::string family_of(const std::string& name) {
+  size_t end = name.size();
+  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  return name.substr(0, end);
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.compare(0, prefix.size(), prefix) == 0; }
+
+// hcnic2 before hcnic10, rdmap16s27 before rdmap32s27: one order on every node whatever order the provider lists
+// its domains in, so that position l is the same rail everywhere.
+bool natural_less(const std::string& a, const std::string& b) {
+  const std::string fa = family_of(a), fb = family_of(b);
+  if (fa != fb) return a < b;
+  if (a.size() != b.size()) return a.size() < b.size();
+  return a < b;
+}
+
+std::string list(const std::vector<NicCandidate>& candidates) {
+  std::string text;
+  for (const auto& c : candidates) text += (text.empty() ? "" : ", ") + c.domain;
+  return text.empty() ? "none" : text;
+}
+
+}  // namespace
+
+bool spec_selects(const std::string& spec, const std::string& name) {
+  std::string body = spec;
+  const bool exclude = !body.empty() && body[0] == '^';
+  if (exclude) body.erase(0, 1);
+  bool listed = false;
+  std::stringstream items(body);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item.empty()) continue;
+    if (item[0] == '=') {
+      listed = listed || name == item.substr(1);
+    } else {
+      listed = listed || starts_with(name, item);
+    }
+  }
+  return exclude ? !listed : listed;
+}
+
+bool host_only_interface(const std::string& name) {
+  for (const char* prefix : {"docker", "br-", "virbr", "veth", "cni", "flannel", "lxcbr", "lxdbr", "podman", "vmnet",
+                             "vboxnet", "tun", "tap", "kube-"}) {
+    if (starts_with(name, prefix)) return true;
+  }
+  return false;
+}
+
+NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicRequest& request) {
+  std::vector<NicCandidate> pool;
+  std::string why;
+  if (!request.spec.empty()) {
+    for (const auto& c : candidates) {
+      if (spec_selects(request.spec, c.domain)) pool.push_back(c);
+    }
+    if (pool.empty()) {
+      throw InvalidUsageError("HIERCOLL_FABRIC_IFACE='" + request.spec + "' selects none of the provider's domains (" +
+                              list(candidates) + ")");
+    }
+    why = "HIERCOLL_FABRIC_IFACE=" + request.spec;
+  } else if (!request.across_nodes) {
+    for (const auto& c : candidates) {
+      if (c.loopback) pool.push_back(c);
+    }
+    why = "one node: loopback";
+    if (pool.empty()) {  // providers without a loopback domain (shm, efa): any will do within a host
+      pool = candidates;
+      why = "one node";
+    }
+  } else {
+    for (const auto& c : candidates) {
+      if (!c.loopback && !host_only_interface(c.domain)) pool.push_back(c);
+    }
+    if (pool.empty()) {
+      throw InvalidUsageError("no NIC reaches the other nodes: the provider offers only " + list(candidates) +
+                              " (loopback and host-only bridges are left out across nodes); set "
+                              "HIERCOLL_FABRIC_IFACE to the interface that does");
+    }
+    why = "not loopback or host-only";
+    bool routed = false;
+    for (const auto& c : pool) routed = routed || c.domain == request.toward;
+    if (routed) {
+      const std::string family = family_of(request.toward);
+      std::vector<NicCandidate> kin;
+      for (const auto& c : pool) {
+        if (family_of(c.domain) == family) kin.push_back(c);
+      }
+      pool = kin;
+      why = "the family of " + request.toward + ", which routes to the rendezvous host";
+    }
+  }
+  std::stable_sort(pool.begin(), pool.end(),
+                   [](const NicCandidate& a, const NicCandidate& b) { return natural_less(a.domain, b.domain); });
+  std::vector<NicCandidate> near;
+  for (const auto& c : pool) {
+    if (c.nearness == topo::Nearness::kNear) near.push_back(c);
+  }
+  if (!near.empty() && near.size() < pool.size()) {
+    why += ", near this rank's CPUs";
+  } else {
+    near = pool;
+  }
+  NicChoice choice;
+  for (const auto& c : near) choice.pool.push_back(c.domain);
+  choice.domain = choice.pool[static_cast<size_t>(request.local_rank) % choice.pool.size()];
+  choice.why = why + "; local rank " + std::to_string(request.local_rank) + " of " + std::to_string(near.size()) +
+               " NIC(s)";
+  return choice;
+}
+
+}  // namespace hiercoll::transport
