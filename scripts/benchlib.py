@@ -86,9 +86,9 @@ def mpi_command(which, nodes, per_node, collective="allreduce"):
         if nodes > 1:
             # UCX, its network module, finds every "node" on one machine and would join them by shared memory;
             # on a real cluster it uses the network, so here it is held to TCP on the nodes' NIC.
-            cmd += ["-launcher", "rsh", "-launcher-exec", rsh, "-iface", "hcnic", "-hosts", hosts,
+            cmd += ["-launcher", "rsh", "-launcher-exec", rsh, "-iface", "hcnic0", "-hosts", hosts,
                     "-ppn", str(per_node)]
-            env.update(UCX_TLS="tcp,self", UCX_NET_DEVICES="hcnic")
+            env.update(UCX_TLS="tcp,self", UCX_NET_DEVICES="hcnic0")
         tool += "_mpich"
         if oversubscribed:
             env.update(MPIR_CVAR_CH4_PROGRESS_THROTTLE="1", MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT="10")
@@ -100,7 +100,7 @@ def mpi_command(which, nodes, per_node, collective="allreduce"):
             # Each namespace looks like a node of its own to Intel MPI, which then neither sees the oversubscription
             # nor spreads the nodes' ranks over the cores: wait mode, unpinned (pinned it took 27 us for 8 B, not 15).
             cmd += ["-bootstrap", "rsh", "-bootstrap-exec", rsh, "-hosts", hosts, "-ppn", str(per_node)]
-            env.update(I_MPI_FABRICS="shm:ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="hcnic", I_MPI_HYDRA_IFACE="hcnic",
+            env.update(I_MPI_FABRICS="shm:ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="hcnic0", I_MPI_HYDRA_IFACE="hcnic0",
                        I_MPI_WAIT_MODE="1", I_MPI_PIN="0")
         tool += "_impi"
     return cmd + [tool, "--backend", "mpi"], env

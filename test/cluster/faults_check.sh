@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Network faults under collectives on the emulated cluster (run inside with_cluster.sh 2): 4 ranks, 2 per node, run
 # random collectives whose every element is checked (mp_worker soak), while
-#   1. node 1's link goes down for 3 s in the middle (ip link set hcnic down / up);
+#   1. node 1's link goes down for 3 s in the middle (ip link set hcnic0 down / up);
 #   2. 1 % of the packets each node sends are dropped (iptables statistic; this kernel has no netem).
 # Each rank must either finish with every element right or fail with an error; a wrong element (the soak's exit 1) or
 # a rank still running past the timeout fails the check.
@@ -9,8 +9,8 @@
 set -uo pipefail
 launch=$1 worker=$2 iterations=${3:-1500}
 log=$(mktemp)
-trap 'rm -f "$log"; for n in 0 1; do ip netns exec hc$n iptables-legacy -D OUTPUT -o hcnic -m statistic --mode random \
-  --probability 0.01 -j DROP 2>/dev/null; ip netns exec hc$n ip link set hcnic up 2>/dev/null; done' EXIT
+trap 'rm -f "$log"; for n in 0 1; do ip netns exec hc$n iptables-legacy -D OUTPUT -o hcnic0 -m statistic --mode random \
+  --probability 0.01 -j DROP 2>/dev/null; ip netns exec hc$n ip link set hcnic0 up 2>/dev/null; done' EXIT
 failed=0
 
 run() {  # run NAME: the soak, with whatever fault the caller set up; prints each rank's outcome
@@ -36,13 +36,13 @@ run() {  # run NAME: the soak, with whatever fault the caller set up; prints eac
 }
 
 # 1. The link down for 3 s, 1 s into the run.
-( sleep 1; ip netns exec hc1 ip link set hcnic down; sleep 3; ip netns exec hc1 ip link set hcnic up ) &
+( sleep 1; ip netns exec hc1 ip link set hcnic0 down; sleep 3; ip netns exec hc1 ip link set hcnic0 up ) &
 min_ms=4000 run "link down 3 s"  # a run that outlasts the outage, or the fault missed it
 wait
 
 # 2. 1 % loss on both nodes' links.
 for n in 0 1; do
-  ip netns exec hc$n iptables-legacy -A OUTPUT -o hcnic -m statistic --mode random --probability 0.01 -j DROP
+  ip netns exec hc$n iptables-legacy -A OUTPUT -o hcnic0 -m statistic --mode random --probability 0.01 -j DROP
 done
 run "1 % packet loss"
 exit $failed

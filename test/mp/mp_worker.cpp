@@ -457,6 +457,47 @@ void run_layout(Communicator& comm) {
               layout.local_rank, layout.local_size, layout.node_count, comm.allreduce_algorithm(64 << 20).c_str());
 }
 
+// Rails: every rank's NIC (Communicator::fabric_nic) gathered through the communicator. Local rank l of every node
+// must run on the same NIC (rail-aligned), and the ranks of a node on min(local_size, nics) distinct NICs, `nics`
+// being how many each node has (argv[2]). Then a 64 MB allreduce, checked against the serial reference, so that the
+// caller (test/cluster/rails_check.sh) can count what each NIC carried. Prints "RAIL rank local nic" lines.
+void run_rails(Communicator& comm, int nics) {
+  constexpr size_t kName = 32;
+  const Layout& layout = comm.layout();
+  std::vector<uint8_t> mine(kName, 0), all(kName * static_cast<size_t>(comm.size()), 0);
+  const std::string nic = comm.fabric_nic();
+  std::copy_n(nic.begin(), std::min(nic.size(), kName - 1), mine.begin());
+  comm.allgather(mine.data(), all.data(), kName, DataType::kUInt8).wait();
+  auto nic_of = [&](int rank) { return std::string(reinterpret_cast<const char*>(&all[kName * static_cast<size_t>(rank)])); };
+  std::printf("RAIL rank=%d local=%d nic=%s\n", comm.rank(), layout.local_rank, nic.c_str());
+  for (int node = 0; node < layout.node_count; ++node) {
+    std::vector<std::string> used;
+    for (int local = 0; local < static_cast<int>(layout.node_ranks[node].size()); ++local) {
+      const std::string here = nic_of(layout.rank_at(node, local)), first = nic_of(layout.rank_at(0, local));
+      if (here != first) {
+        std::printf("MISMATCH: local rank %d runs on %s on node %d but on %s on node 0 (not rail-aligned)\n", local,
+                    here.c_str(), node, first.c_str());
+        ++g_failures;
+      }
+      if (std::find(used.begin(), used.end(), here) == used.end()) used.push_back(here);
+    }
+    const size_t expected = std::min(layout.node_ranks[node].size(), static_cast<size_t>(nics));
+    if (used.size() != expected) {
+      std::printf("MISMATCH: node %d's %zu ranks share %zu NIC(s), not %zu\n", node, layout.node_ranks[node].size(),
+                  used.size(), expected);
+      ++g_failures;
+    }
+  }
+  const size_t count = (size_t{64} << 20) / sizeof(float);
+  const uint32_t seed = 7;
+  Buffer in = make_input(comm.rank(), count, DataType::kFloat32, ReduceOp::kSum, seed);
+  comm.allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < count; ++i) {
+    expect_equal("rails allreduce", DataType::kFloat32, ReduceOp::kSum, in.data(), i,
+                 hiercoll::test::reference_value(comm.size(), i, DataType::kFloat32, ReduceOp::kSum, seed));
+  }
+}
+
 // After an operation the progress thread ran (an allreduce past the caller-run limit), the next small one runs on
 // its caller's thread again, every time. Pinned to one CPU, as hiercoll_launch pins a rank, so that the caller
 // and the progress thread share a core: the progress thread's wake-up of the caller hands the core over at once,
@@ -939,6 +980,7 @@ int main(int argc, char** argv) {
     else if (scenario == "bucketer") run_bucketer(comm);
     else if (scenario == "layout") run_layout(comm);
     else if (scenario == "choices") run_choices(comm);
+    else if (scenario == "rails") run_rails(comm, argc > 2 ? std::atoi(argv[2]) : 1);
     else if (scenario == "turn-returns") run_turn_returns(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else {
