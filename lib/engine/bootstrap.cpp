@@ -12,6 +12,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
+#include "engine/communicator_impl.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 #include "launch/rendezvous.hpp"
@@ -115,6 +116,23 @@ std::map<std::string, std::string> torch_env_from_launcher(std::chrono::millisec
   if (!value("MASTER_PORT")) out["MASTER_PORT"] = "29500";
   return out;
 }
+
+namespace engine {
+
+std::string rendezvous_host_from_env() {
+  if (auto url = base::env_string("HIERCOLL_STORE")) {
+    const std::string text(*url), scheme = "tcp://";
+    if (text.compare(0, scheme.size(), scheme) != 0) return {};
+    const std::string rest = text.substr(scheme.size());
+    const auto colon = rest.rfind(':');
+    std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    return host;
+  }
+  return base::env_string("MASTER_ADDR").value_or("");
+}
+
+}  // namespace engine
 
 Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"},

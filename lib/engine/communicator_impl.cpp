@@ -13,7 +13,6 @@
 #include "base/log.hpp"
 #include "engine/collective.hpp"
 #include "hiercoll/errors.hpp"
-#include "launch/rendezvous.hpp"
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
 #include "topo/net.hpp"
@@ -228,7 +227,7 @@ void CommunicatorImpl::open_endpoint() {
   transport::FabricOptions fabric;
   fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
   fabric.interface = settings_.fabric_iface;
-  fabric.rendezvous_host = launch::rendezvous_host_from_env();
+  fabric.rendezvous_host = rendezvous_host_from_env();
   fabric.local_rank = layout_.local_rank;
   fabric.across_nodes = layout_.node_count > 1;
   fabric.cq_wait = settings_.fabric_cq_wait;

@@ -33,6 +33,11 @@
 
 namespace hiercoll::engine {
 
+/// The host serving the job's store as the launch environment names it (HIERCOLL_STORE=tcp://host:port, else
+/// MASTER_ADDR; engine/bootstrap.cpp), "" where it names none (a file store, a store handed in by the caller): the
+/// route there tells the data NICs from the others.
+std::string rendezvous_host_from_env();
+
 std::string describe_op(const algo::OpDescriptor& descriptor);
 
 class CommunicatorImpl {

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <memory>
 
-#include "base/env.hpp"
 #include "hiercoll/errors.hpp"
 
 #ifdef HIERCOLL_WITH_PMIX
@@ -96,19 +95,6 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
   (void)key, (void)rank, (void)make_value, (void)timeout;
   throw InvalidUsageError("PMIx rendezvous: hiercoll was built without PMIx (libpmix-dev not found)");
 #endif
-}
-
-std::string rendezvous_host_from_env() {
-  if (auto url = base::env_string("HIERCOLL_STORE")) {
-    const std::string text(*url), scheme = "tcp://";
-    if (text.compare(0, scheme.size(), scheme) != 0) return {};
-    const std::string rest = text.substr(scheme.size());
-    const auto colon = rest.rfind(':');
-    std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    return host;
-  }
-  return base::env_string("MASTER_ADDR").value_or("");
 }
 
 std::string reachable_address(const std::string& ifname) {

@@ -27,11 +27,6 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
 /// 127.0.0.1 (a single host).
 std::string reachable_address(const std::string& ifname);
 
-/// The host serving the job's store as the environment names it (HIERCOLL_STORE=tcp://host:port, else
-/// MASTER_ADDR), "" where it names none (a file store, a store handed in by the caller): the route there tells the
-/// data NICs from the others.
-std::string rendezvous_host_from_env();
-
 /// The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"), as SLURM_STEP_NODELIST /
 /// SLURM_JOB_NODELIST write them; nullopt for an empty or malformed list.
 std::optional<std::string> first_host_of(const std::string& slurm_nodelist);
