@@ -235,10 +235,18 @@ class FabricEndpoint final : public Endpoint {
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     cq_attr.size = 4096;
-    // A wait object lets progress() sleep in the provider instead of polling; EFA before libfabric 2.5 has none
-    // (fi_cq_open fails), and HIERCOLL_FABRIC_CQ_WAIT=0 asks for none, so that that path is tested everywhere.
+    // A wait object lets progress() sleep in the provider instead of polling. Not where the provider's control
+    // progress is manual (udp;ofi_rxd, efa): its acknowledgements, retransmits and handshakes move only inside
+    // calls, and a rank asleep in the wait object makes none, so a lost acknowledgement stalls the sender (udp, 3
+    // ranks: an alltoall send that never completed). EFA before libfabric 2.5 has no wait object anyway (fi_cq_open
+    // fails), and HIERCOLL_FABRIC_CQ_WAIT=0 asks for none, so that that path is tested everywhere.
     cq_attr.wait_obj = FI_WAIT_UNSPEC;
-    if (options.cq_wait && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
+    // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses
+    // both the message and its own timeout (3 ranks: 1 start-up in 6 stuck in the init barrier past the
+    // communicator's timeout; 0 of 8 without the wait object).
+    const bool manual_control = info_->domain_attr->control_progress == FI_PROGRESS_MANUAL;
+    const bool sread_works = !manual_control && provider() != "shm";
+    if (options.cq_wait && sread_works && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
       cq_can_wait_ = true;
     } else {
       cq_attr.wait_obj = FI_WAIT_NONE;
@@ -273,7 +281,8 @@ class FabricEndpoint final : public Endpoint {
     HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << FI_MAJOR(api_version_) << "."
                                             << FI_MINOR(api_version_) << ", library " << FI_MAJOR(fi_version()) << "."
                                             << FI_MINOR(fi_version()) << "), NIC " << domain() << " (" << nic_why_
-                                            << "), cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
+                                            << "), progress " << (manual_control ? "manual" : "auto")
+                                            << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
                                             << (needs_mr_ ? "registered (cache)" : "not needed"));
   }
 
@@ -343,6 +352,10 @@ class FabricEndpoint final : public Endpoint {
       if (usable.empty()) {
         tried += " (its tag format is narrower than hiercoll's 64-bit tags)";
         continue;
+      }
+      if (name == "shm" && options.across_nodes) {
+        throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm reaches only the ranks of one host, and this job spans "
+                                "several nodes: use a network provider (tcp, efa, ...) across nodes");
       }
       fi_info* chosen = choose_domain(usable, options);
       if (name == "tcp" && options.provider.empty()) warn_if_efa_unused();
