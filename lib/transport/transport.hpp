@@ -66,8 +66,17 @@ class Endpoint {
   /// thread other than its driver's (the communicator halting, new work for a thread that sleeps in the endpoint).
   /// Lets waits block for long stretches instead of waking every few milliseconds to look at flags.
   virtual void wake() = 0;
-  /// Cancels everything still posted; their requests fail with `reason`.
+  /// Cancels everything still posted; their requests fail with `reason`. A request the provider cannot cancel (a
+  /// send already on the wire) stays the endpoint's until the provider reports it or the endpoint is destroyed.
   virtual void cancel_all(const std::string& reason) = 0;
+  /// True where the provider acknowledges, retransmits and handshakes only inside its calls (udp;ofi_rxd, efa): a
+  /// peer's send to this rank then completes only once this rank calls progress(), so an idle rank must still call
+  /// it now and then, and a rank that leaves must first let its peers' last sends complete (quiesce()).
+  virtual bool progress_is_manual() const { return false; }
+  /// Before destruction, where progress is manual: drives progress until this rank's own sends have completed and
+  /// nothing has arrived for a little while, or `limit` has passed, so that a peer's last message is acknowledged
+  /// before this rank goes. Returns at once elsewhere.
+  virtual void quiesce(std::chrono::milliseconds limit) { (void)limit; }
 };
 
 /// Options for opening the fabric endpoint (filled from CommOptions and the environment).

@@ -51,6 +51,7 @@ struct FabricRequest : Request {
   CompletionContext completion{{}, this};
   RequestPtr self;  // keeps the request alive while the provider may still touch `completion`
   MrCache::Lease registration;
+  bool abandoned = false;  // failed for its waiters by cancel_all, still the provider's until it completes
   void* context() { return &completion.provider_space; }
   static FabricRequest* from_context(void* context) { return static_cast<CompletionContext*>(context)->request; }
 };
@@ -183,6 +184,22 @@ class FabricEndpoint final : public Endpoint {
     }
   }
 
+  bool progress_is_manual() const override { return manual_control_; }
+
+  void quiesce(std::chrono::milliseconds limit) override {
+    if (!manual_control_) return;
+    const auto start = std::chrono::steady_clock::now();
+    auto last_activity = start;
+    while (std::chrono::steady_clock::now() - start < limit) {
+      post_backlog();
+      if (drain_completions(nullptr) > 0) last_activity = std::chrono::steady_clock::now();
+      bool sending = !backlog_.empty();
+      for (FabricRequest* request : in_flight_) sending = sending || (request->is_send && !request->abandoned);
+      if (!sending && std::chrono::steady_clock::now() - last_activity >= kQuietBeforeLeaving) return;
+      sched_yield();
+    }
+  }
+
   std::string domain() const override { return info_->domain_attr->name ? info_->domain_attr->name : ""; }
 
   std::string host_of(const std::vector<uint8_t>& address) const override {
@@ -215,9 +232,17 @@ class FabricEndpoint final : public Endpoint {
     for (FabricRequest* request : in_flight_) {
       fi_cancel(&ep_->fid, request->context());
     }
-    // Give the provider a moment to report the cancellations, then fail whatever is left.
+    // Give the provider a moment to report the cancellations, then fail whatever is left for its waiters. What the
+    // provider did not cancel stays its own: EFA cancels only posted receives, and a send to a dead peer completes
+    // (in error) after its retries. Such a request is abandoned, not freed: its completion context, and the
+    // registration of its buffer, live until the provider reports it or the endpoint is closed (close()).
     for (int i = 0; i < 10 && !in_flight_.empty(); ++i) drain_completions(nullptr);
-    for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, reason);
+    for (FabricRequest* request : in_flight_) {
+      if (request->abandoned) continue;
+      request->abandoned = true;
+      request->error = reason;
+      request->state.store(Request::State::kFailed, std::memory_order_release);
+    }
   }
 
  private:
@@ -244,8 +269,8 @@ class FabricEndpoint final : public Endpoint {
     // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses
     // both the message and its own timeout (3 ranks: 1 start-up in 6 stuck in the init barrier past the
     // communicator's timeout; 0 of 8 without the wait object).
-    const bool manual_control = info_->domain_attr->control_progress == FI_PROGRESS_MANUAL;
-    const bool sread_works = !manual_control && provider() != "shm";
+    manual_control_ = info_->domain_attr->control_progress == FI_PROGRESS_MANUAL;
+    const bool sread_works = !manual_control_ && provider() != "shm";
     if (options.cq_wait && sread_works && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
       cq_can_wait_ = true;
     } else {
@@ -281,7 +306,7 @@ class FabricEndpoint final : public Endpoint {
     HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << FI_MAJOR(api_version_) << "."
                                             << FI_MINOR(api_version_) << ", library " << FI_MAJOR(fi_version()) << "."
                                             << FI_MINOR(fi_version()) << "), NIC " << domain() << " (" << nic_why_
-                                            << "), progress " << (manual_control ? "manual" : "auto")
+                                            << "), progress " << (manual_control_ ? "manual" : "auto")
                                             << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
                                             << (needs_mr_ ? "registered (cache)" : "not needed"));
   }
@@ -289,6 +314,9 @@ class FabricEndpoint final : public Endpoint {
   // Closes whatever is open, children before parents; safe on a partly opened endpoint.
   void close() {
     if (ep_) fi_close(&ep_->fid);
+    // The closed endpoint completes nothing more: what it still held (abandoned by cancel_all) can go, and with it
+    // the registrations they held, before the cache and the domain.
+    for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, "endpoint closed");
     mr_cache_.reset();  // registrations before the domain
     if (cq_) fi_close(&cq_->fid);
     if (av_) fi_close(&av_->fid);
@@ -498,8 +526,10 @@ class FabricEndpoint final : public Endpoint {
   void finish(FabricRequest* request, bool ok, const std::string& error) {
     in_flight_.erase(request);
     request->registration.reset();
-    if (!ok) request->error = error;
-    request->state.store(ok ? Request::State::kDone : Request::State::kFailed, std::memory_order_release);
+    if (!request->abandoned) {  // an abandoned request's waiters have had its failure already
+      if (!ok) request->error = error;
+      request->state.store(ok ? Request::State::kDone : Request::State::kFailed, std::memory_order_release);
+    }
     request->self.reset();  // may free the request: touch nothing after this
   }
 
@@ -557,6 +587,9 @@ class FabricEndpoint final : public Endpoint {
   static constexpr uint32_t kIdleYields = 16;
   static constexpr std::chrono::microseconds kIdlePauseMin{8};
   static constexpr std::chrono::microseconds kIdlePauseMax{1000};
+  // How long a leaving rank keeps answering after its last activity: a few of a reliable-datagram provider's first
+  // retransmit intervals (ofi_rxd's start at 1 ms and double), for a peer whose last acknowledgement was lost.
+  static constexpr std::chrono::milliseconds kQuietBeforeLeaving{50};
 
   // The API of the headers built against: libfabric enables what its version promises (EFA turns device RDMA on
   // and offers FI_HMEM from 1.18).
@@ -569,6 +602,7 @@ class FabricEndpoint final : public Endpoint {
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   bool cq_can_wait_ = false;
+  bool manual_control_ = false;  // acknowledgements and retransmits only inside calls (progress_is_manual)
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
   uint32_t idle_polls_ = 0;
   bool needs_mr_ = false;
