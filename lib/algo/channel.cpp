@@ -11,17 +11,26 @@ namespace hiercoll::algo {
 void* Scratch::get(size_t bytes, int which) {
   Buffer& buffer = buffers_[which];
   if (buffer.bytes < bytes) {
-    std::free(buffer.data);
+    release(buffer);
     size_t rounded = (bytes + 63) / 64 * 64;
     buffer.data = std::aligned_alloc(64, rounded);
     if (buffer.data == nullptr) throw SystemError("cannot allocate " + std::to_string(bytes) + " bytes of scratch");
     buffer.bytes = rounded;
+    if (endpoint_) buffer.pinned = endpoint_->pin(buffer.data, buffer.bytes);
   }
   return buffer.data;
 }
 
+void Scratch::release(Buffer& buffer) {
+  buffer.pinned.reset();
+  if (endpoint_ && buffer.data) endpoint_->forget(buffer.data, buffer.bytes);
+  std::free(buffer.data);
+  buffer.data = nullptr;
+  buffer.bytes = 0;
+}
+
 Scratch::~Scratch() {
-  for (auto& buffer : buffers_) std::free(buffer.data);
+  for (auto& buffer : buffers_) release(buffer);
 }
 
 Channel::Channel(transport::Endpoint& endpoint, const std::vector<int>& world_ranks, int my_index, uint16_t context,

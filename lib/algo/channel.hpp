@@ -44,14 +44,20 @@ class Scratch {
  public:
   /// A buffer of at least `bytes`, 64-byte aligned; `which` selects one of several independent buffers.
   void* get(size_t bytes, int which = 0);
+  /// Registers every buffer with `endpoint` where its provider needs registered memory (Endpoint::pin), once per
+  /// allocation, instead of every message's piece of it; the endpoint must outlive this Scratch.
+  void pin_with(transport::Endpoint* endpoint) { endpoint_ = endpoint; }
   ~Scratch();
 
  private:
   struct Buffer {
     void* data = nullptr;
     size_t bytes = 0;
+    std::shared_ptr<const void> pinned;
   };
+  void release(Buffer& buffer);
   Buffer buffers_[4];
+  transport::Endpoint* endpoint_ = nullptr;
 };
 
 class Channel {
@@ -73,6 +79,9 @@ class Channel {
   Clock::time_point deadline() const { return deadline_; }
   const std::atomic<bool>& aborted() const { return aborted_; }
 
+  /// Registers a buffer the operation is about to send from or receive into, where the provider needs registered
+  /// memory (transport::Endpoint::pin); hold the result until the operation ends.
+  std::shared_ptr<const void> pin(const void* buffer, size_t bytes) { return endpoint_.pin(buffer, bytes); }
   /// Posts a message of step `step` to group rank `peer`.
   RequestPtr send(int peer, uint32_t step, const void* buffer, size_t bytes);
   /// Posts a receive of exactly `bytes` from group rank `peer`; wait() fails if another size arrives.

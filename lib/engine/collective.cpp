@@ -73,7 +73,13 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
   if (device < 0) {
     return impl.enqueue_collective(
         std::move(what), descriptor,
-        [buffers, body = std::move(host_body)](algo::Channel& ch) { body(ch, buffers.in, buffers.out); });
+        [buffers, body = std::move(host_body)](algo::Channel& ch) {
+          // Where the provider needs registered memory, the whole buffers once, not every message's piece: a
+          // large operation's hundreds of chunks then hit one cache entry.
+          const auto pinned_in = ch.pin(buffers.in, buffers.in_bytes);
+          const auto pinned_out = ch.pin(buffers.out, buffers.out_bytes);
+          body(ch, buffers.in, buffers.out);
+        });
   }
   if (impl.size() == 1) {
     // HIERCOLL_CALLER_THREAD=0 (otherwise collective() ran it on the caller's stream): alone, every collective is

@@ -235,6 +235,7 @@ void CommunicatorImpl::open_endpoint() {
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   endpoint_ = transport::open_fabric_endpoint(fabric);
+  scratch_.pin_with(endpoint_.get());
   endpoint_open_.store(true, std::memory_order_release);
 }
 

@@ -11,6 +11,31 @@ MrCache::MrCache(size_t capacity, RegisterFn register_fn, DeregisterFn deregiste
 
 MrCache::~MrCache() {
   for (auto& entry : entries_) deregister_(*entry);
+  for (auto& entry : retired_) deregister_(*entry);
+}
+
+void MrCache::invalidate(const void* address, size_t length) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(address), end = begin + std::max<size_t>(length, 1);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if ((*it)->begin < end && begin < (*it)->end) {
+      retired_.push_back(std::move(*it));
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  release_retired();
+}
+
+void MrCache::release_retired() {
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (it->use_count() == 1) {
+      deregister_(**it);
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 MrCache::Lease MrCache::acquire(const void* address, size_t length) {
@@ -18,6 +43,7 @@ MrCache::Lease MrCache::acquire(const void* address, size_t length) {
   uintptr_t begin = reinterpret_cast<uintptr_t>(address);
   uintptr_t end = begin + std::max<size_t>(length, 1);
   ++clock_;
+  if (!retired_.empty()) release_retired();
   for (auto& entry : entries_) {
     if (entry->begin <= begin && end <= entry->end) {
       ++hits_;

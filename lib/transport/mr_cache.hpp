@@ -35,6 +35,9 @@ class MrCache {
 
   /// A registration covering [address, address + length).
   Lease acquire(const void* address, size_t length);
+  /// Memory in [address, address + length) is about to be freed: no registration overlapping it is handed out again,
+  /// and each is deregistered as soon as no lease holds it.
+  void invalidate(const void* address, size_t length);
 
   size_t size() const { return entries_.size(); }
   uint64_t hits() const { return hits_; }
@@ -47,7 +50,10 @@ class MrCache {
   size_t capacity_;
   RegisterFn register_;
   DeregisterFn deregister_;
+  void release_retired();
+
   std::vector<std::shared_ptr<Registration>> entries_;
+  std::vector<std::shared_ptr<Registration>> retired_;  // invalidated while leased: deregistered when released
   uint64_t clock_ = 0, hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 

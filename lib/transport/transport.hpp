@@ -59,6 +59,20 @@ class Endpoint {
   /// Posts a receive from `peer` (or any peer if peer < 0) of a message whose tag matches `tag`
   /// in every bit not set in `ignore`.
   virtual RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) = 0;
+  /// Where the provider needs registered memory: registers [buffer, buffer + bytes) (whole pages) for the requests
+  /// about to use it, which then find it instead of registering each its own piece; held by the result, which the
+  /// caller keeps while the operation runs. Null where nothing needs registering. Driver thread only.
+  virtual std::shared_ptr<const void> pin(const void* buffer, size_t bytes) {
+    (void)buffer;
+    (void)bytes;
+    return nullptr;
+  }
+  /// `buffer` is about to be freed: registrations of its memory are dropped (once no request holds them), so
+  /// that memory mapped there later is registered afresh. Driver thread only.
+  virtual void forget(const void* buffer, size_t bytes) {
+    (void)buffer;
+    (void)bytes;
+  }
   /// Drives communication and completes requests; returns after at least one completion or `max_block`.
   /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off.
   virtual void progress(std::chrono::microseconds max_block) = 0;

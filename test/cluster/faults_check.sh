@@ -5,6 +5,8 @@
 #   2. 1 % of the packets each node sends are dropped (iptables statistic; this kernel has no netem).
 # Each rank must either finish with every element right or fail with an error; a wrong element (the soak's exit 1) or
 # a rank still running past the timeout fails the check.
+# FAULTS_PROVIDER picks the libfabric provider (default tcp; udp is ofi_rxd, reliable datagrams in software, the EFA
+# stand-in, whose retransmits must carry the lost packets).
 #   usage: faults_check.sh HIERCOLL_LAUNCH MP_WORKER [ITERATIONS]   (scripts/fault-soak runs it long)
 set -uo pipefail
 launch=$1 worker=$2 iterations=${3:-1500}
@@ -17,7 +19,7 @@ run() {  # run NAME: the soak, with whatever fault the caller set up; prints eac
   local name=$1 start status
   start=$(date +%s%N)
   "$launch" -n 4 --ranks-per-node 2 --netns hc --tcp-store --keep-going --timeout 180 \
-    -x HIERCOLL_FABRIC_PROVIDER=tcp -x HIERCOLL_TIMEOUT_MS=30000 -x HIERCOLL_SOAK_ITERATIONS="$iterations" \
+    -x HIERCOLL_FABRIC_PROVIDER="${FAULTS_PROVIDER:-tcp}" -x HIERCOLL_TIMEOUT_MS=30000 -x HIERCOLL_SOAK_ITERATIONS="$iterations" \
     -- "$worker" soak >"$log" 2>&1
   status=$?
   local took=$(( ($(date +%s%N) - start) / 1000000 ))

@@ -71,3 +71,30 @@ TEST_CASE("capacity 0 registers per use and releases with the lease", "[mr]") {
   CHECK(provider.live.empty());
   CHECK(cache.size() == 0);
 }
+
+TEST_CASE("an invalidated range is never handed out again and is deregistered once released", "[mr]") {
+  int live = 0;  // registrations not yet deregistered
+  MrCache cache(
+      8,
+      [&](uintptr_t, size_t) {
+        ++live;
+        return MrCache::Registration{};
+      },
+      [&](const MrCache::Registration&) { --live; });
+  std::vector<char> a(4 * 4096), b(4 * 4096);
+  auto held = cache.acquire(a.data() + 4096, 100);
+  cache.acquire(b.data() + 4096, 100);  // unheld
+  CHECK(live == 2);
+  cache.invalidate(b.data(), b.size());  // freed memory, nobody holds it: gone at once
+  CHECK(live == 1);
+  cache.invalidate(a.data(), a.size());  // freed while a request still holds it: kept for that request only
+  CHECK(live == 1);
+  auto again = cache.acquire(a.data() + 4096, 100);  // memory mapped there anew: a fresh registration
+  CHECK(again.get() != held.get());
+  CHECK(cache.misses() == 3);
+  CHECK(live == 2);
+  held.reset();
+  cache.acquire(b.data() + 4096, 10);  // the next acquire deregisters what was released, and registers b anew
+  CHECK(live == 2);
+  CHECK(cache.misses() == 4);
+}

@@ -184,6 +184,15 @@ class FabricEndpoint final : public Endpoint {
     }
   }
 
+  std::shared_ptr<const void> pin(const void* buffer, size_t bytes) override {
+    if (!needs_mr_ || bytes == 0 || buffer == nullptr) return nullptr;
+    return acquire_registration(buffer, bytes);
+  }
+
+  void forget(const void* buffer, size_t bytes) override {
+    if (mr_cache_ && buffer != nullptr) mr_cache_->invalidate(buffer, bytes);
+  }
+
   bool progress_is_manual() const override { return manual_control_; }
 
   void quiesce(std::chrono::milliseconds limit) override {
@@ -471,8 +480,20 @@ class FabricEndpoint final : public Endpoint {
     request->peer = peer;
     request->tag = tag;
     request->bytes_posted = bytes;
-    if (needs_mr_ && bytes > 0) request->registration = mr_cache_->acquire(buffer, bytes);
+    if (needs_mr_ && bytes > 0) request->registration = acquire_registration(buffer, bytes);
     return request;
+  }
+
+  MrCache::Lease acquire_registration(const void* buffer, size_t bytes) {
+    const uint64_t misses = mr_cache_->misses();
+    MrCache::Lease lease = mr_cache_->acquire(buffer, bytes);
+    if (mr_cache_->misses() != misses) {
+      HIERCOLL_LOG(kTrace, "fabric: registered " << (lease->end - lease->begin) << " B at 0x" << std::hex << lease->begin
+                                                << std::dec << "; mr cache " << mr_cache_->size() << " entries, "
+                                                << mr_cache_->hits() << " hits, " << mr_cache_->misses()
+                                                << " misses, " << mr_cache_->evictions() << " evictions");
+    }
+    return lease;
   }
 
   void* descriptor(const FabricRequest& request) const {
