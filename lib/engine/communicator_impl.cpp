@@ -759,7 +759,9 @@ void CommunicatorImpl::progress_loop() {
       if (queue_.empty() && p2p_.empty()) {
         // Idle: a caller may take its turn (release: what this thread did before is visible to it).
         turn_.fetch_and(~kTurnBusy, std::memory_order_release);
-        idle_wait(lock);
+        queue_cv_.wait(lock, [&] {
+          return (!queue_.empty() || stopping_) && (turn_.load(std::memory_order_acquire) & kTurnCaller) == 0;
+        });
         // Woken by push() (which set kTurnBusy) or stop_progress() (kTurnClosed): no caller's turn begins now.
       }
       if (queue_.empty()) {
@@ -798,27 +800,6 @@ void CommunicatorImpl::progress_loop() {
     if (!gave_turn) poll_p2p();
   }
   if (aborted_) fail_pending_p2p();
-}
-
-void CommunicatorImpl::idle_wait(std::unique_lock<std::mutex>& lock) {
-  auto ready = [&] {
-    return (!queue_.empty() || stopping_) && (turn_.load(std::memory_order_acquire) & kTurnCaller) == 0;
-  };
-  if (!endpoint_->progress_is_manual()) return queue_cv_.wait(lock, ready);
-  // Where the provider acknowledges only inside its calls, an idle rank still answers: a peer's send to it (the last
-  // chunk of a collective this rank has finished, whose acknowledgement was lost) completes only then. Every tick,
-  // while no caller holds the turn, this thread takes it and drives the endpoint once; the tick doubles up to
-  // kIdleTickMax while nothing is queued, the cost of an idle rank.
-  auto tick = kIdleTickMin;
-  while (!queue_cv_.wait_for(lock, tick, ready)) {
-    tick = std::min(tick * 2, kIdleTickMax);
-    uint32_t idle = 0;
-    if (!queue_.empty() || !turn_.compare_exchange_strong(idle, kTurnBusy, std::memory_order_acquire)) continue;
-    lock.unlock();
-    endpoint_->progress(std::chrono::microseconds(0));
-    lock.lock();
-    if (queue_.empty()) turn_.fetch_and(~kTurnBusy, std::memory_order_release);  // else push() set it: keep it
-  }
 }
 
 void CommunicatorImpl::fail_pending_p2p() {

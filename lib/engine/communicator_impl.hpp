@@ -124,9 +124,6 @@ class CommunicatorImpl {
   /// configured ones, except those set in the environment.
   void measure_link();
   void progress_loop();
-  /// The progress thread's wait for work while idle (mutex_ held); drives a manual-progress endpoint meanwhile.
-  void idle_wait(std::unique_lock<std::mutex>& lock);
-  static constexpr std::chrono::microseconds kIdleTickMin{100}, kIdleTickMax{2000};
   static constexpr std::chrono::milliseconds kQuiesceLimit{1000};
   /// Runs `op` on this thread and says whether it failed; its Work is left for finish_op, so that the progress
   /// thread can give the turn back before the waiting caller wakes (progress_loop).

@@ -84,8 +84,9 @@ class Endpoint {
   /// send already on the wire) stays the endpoint's until the provider reports it or the endpoint is destroyed.
   virtual void cancel_all(const std::string& reason) = 0;
   /// True where the provider acknowledges, retransmits and handshakes only inside its calls (udp;ofi_rxd, efa): a
-  /// peer's send to this rank then completes only once this rank calls progress(), so an idle rank must still call
-  /// it now and then, and a rank that leaves must first let its peers' last sends complete (quiesce()).
+  /// peer's send to this rank then completes only once this rank calls in. The fabric endpoint then calls in by
+  /// itself while its driver is busy elsewhere (its keeper thread), and a rank that leaves must first let its
+  /// peers' last sends complete (quiesce()).
   virtual bool progress_is_manual() const { return false; }
   /// Before destruction, where progress is manual: drives progress until this rank's own sends have completed and
   /// nothing has arrived for a little while, or `limit` has passed, so that a peer's last message is acknowledged

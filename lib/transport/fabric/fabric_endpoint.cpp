@@ -14,10 +14,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -69,6 +72,7 @@ class FabricEndpoint final : public Endpoint {
   }
 
   ~FabricEndpoint() override {
+    stop_keeper();
     cancel_all("endpoint closed");
     close();
   }
@@ -101,9 +105,11 @@ class FabricEndpoint final : public Endpoint {
       int inserted = fi_av_insert(av_, addresses[i].data(), 1, &peers_[i], 0, nullptr);
       if (inserted != 1) throw FabricError("fi_av_insert of rank " + std::to_string(i) + "'s address failed");
     }
+    if (manual_control_ && !keeper_.joinable()) keeper_ = std::thread([this] { keep_progress(); });
   }
 
   RequestPtr isend(int peer, Tag tag, const void* buffer, size_t bytes) override {
+    auto lock = driving();
     auto request = make_request(true, peer, tag, bytes, buffer);
     fi_addr_t address = peers_.at(static_cast<size_t>(peer));
     submit(request, "fi_tsend", [this, request, buffer, bytes, address, tag] {
@@ -113,6 +119,7 @@ class FabricEndpoint final : public Endpoint {
   }
 
   RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) override {
+    auto lock = driving();
     auto request = make_request(false, peer, tag, bytes, buffer);
     // The source rank is part of the tag (see algo/channel.hpp), so receives need no FI_DIRECTED_RECV.
     submit(request, "fi_trecv", [this, request, buffer, bytes, tag, ignore] {
@@ -122,8 +129,7 @@ class FabricEndpoint final : public Endpoint {
   }
 
   void progress(std::chrono::microseconds max_block) override {
-    post_backlog();
-    if (drain_completions(nullptr) > 0) {
+    if (poll_once()) {
       idle_polls_ = 0;
       return;
     }
@@ -163,8 +169,7 @@ class FabricEndpoint final : public Endpoint {
           return;  // woken (halt, new work): the caller looks at its flags
         }
       }
-      post_backlog();
-      if (drain_completions(nullptr) > 0) {
+      if (poll_once()) {
         idle_polls_ = 0;
         return;
       }
@@ -186,10 +191,12 @@ class FabricEndpoint final : public Endpoint {
 
   std::shared_ptr<const void> pin(const void* buffer, size_t bytes) override {
     if (!needs_mr_ || bytes == 0 || buffer == nullptr) return nullptr;
+    auto lock = driving();
     return acquire_registration(buffer, bytes);
   }
 
   void forget(const void* buffer, size_t bytes) override {
+    auto lock = driving();
     if (mr_cache_ && buffer != nullptr) mr_cache_->invalidate(buffer, bytes);
   }
 
@@ -200,8 +207,8 @@ class FabricEndpoint final : public Endpoint {
     const auto start = std::chrono::steady_clock::now();
     auto last_activity = start;
     while (std::chrono::steady_clock::now() - start < limit) {
-      post_backlog();
-      if (drain_completions(nullptr) > 0) last_activity = std::chrono::steady_clock::now();
+      if (poll_once()) last_activity = std::chrono::steady_clock::now();
+      auto lock = driving();
       bool sending = !backlog_.empty();
       for (FabricRequest* request : in_flight_) sending = sending || (request->is_send && !request->abandoned);
       if (!sending && std::chrono::steady_clock::now() - last_activity >= kQuietBeforeLeaving) return;
@@ -236,6 +243,7 @@ class FabricEndpoint final : public Endpoint {
   }
 
   void cancel_all(const std::string& reason) override {
+    auto lock = driving();
     for (auto& pending : backlog_) finish_unposted(pending.request.get(), reason);
     backlog_.clear();
     for (FabricRequest* request : in_flight_) {
@@ -255,6 +263,61 @@ class FabricEndpoint final : public Endpoint {
   }
 
  private:
+  // Where control progress is manual, the keeper thread calls into the provider too (keep_progress), so every call
+  // holds drive_mutex_; elsewhere one thread drives the endpoint (the contract) and this locks nothing.
+  std::unique_lock<std::mutex> driving() {
+    return manual_control_ ? std::unique_lock<std::mutex>(drive_mutex_) : std::unique_lock<std::mutex>();
+  }
+
+  // One non-blocking pass: posts what waited for room, reads completions. True if any completed.
+  bool poll_once() {
+    auto lock = driving();
+    last_call_ns_.store(now_ns(), std::memory_order_relaxed);
+    post_backlog();
+    return drain_completions(nullptr) > 0;
+  }
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // The keeper: where acknowledgements, retransmits and handshakes move only inside calls (udp's ofi_rxd, efa), a
+  // rank whose threads are busy elsewhere (a shared-memory phase, a long reduction, the caller's own work, an idle
+  // communicator) must still answer, or its peers stall: one rank waiting on a node flag while the peer it owes an
+  // acknowledgement waits on it deadlocked 4 ranks under 1 % loss. While nobody has called in for a tick, the keeper
+  // drives the provider once; the tick doubles from kKeeperTickMin to kKeeperTickMax while nothing happens.
+  void keep_progress() {
+    auto tick = kKeeperTickMin;
+    std::unique_lock<std::mutex> lock(keeper_mutex_);
+    while (!keeper_stop_) {
+      keeper_cv_.wait_for(lock, tick, [&] { return keeper_stop_; });
+      if (keeper_stop_) break;
+      const auto quiet = std::chrono::nanoseconds(now_ns() - last_call_ns_.load(std::memory_order_relaxed));
+      if (quiet < tick) {
+        tick = kKeeperTickMin;  // the driver is calling in itself
+        continue;
+      }
+      bool completed;
+      {
+        std::lock_guard<std::mutex> drive(drive_mutex_);
+        post_backlog();
+        completed = drain_completions(nullptr) > 0;
+      }
+      if (completed) wake();  // a driver asleep in its pause sees them now
+      tick = completed ? kKeeperTickMin : std::min(tick * 2, kKeeperTickMax);
+    }
+  }
+
+  void stop_keeper() {
+    {
+      std::lock_guard<std::mutex> lock(keeper_mutex_);
+      keeper_stop_ = true;
+    }
+    keeper_cv_.notify_all();
+    if (keeper_.joinable()) keeper_.join();
+  }
+
   void open(const FabricOptions& options) {
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
@@ -608,6 +671,7 @@ class FabricEndpoint final : public Endpoint {
   static constexpr uint32_t kIdleYields = 16;
   static constexpr std::chrono::microseconds kIdlePauseMin{8};
   static constexpr std::chrono::microseconds kIdlePauseMax{1000};
+  static constexpr std::chrono::milliseconds kKeeperTickMin{1}, kKeeperTickMax{8};
   // How long a leaving rank keeps answering after its last activity: a few of a reliable-datagram provider's first
   // retransmit intervals (ofi_rxd's start at 1 ms and double), for a peer whose last acknowledgement was lost.
   static constexpr std::chrono::milliseconds kQuietBeforeLeaving{50};
@@ -624,6 +688,12 @@ class FabricEndpoint final : public Endpoint {
   fid_ep* ep_ = nullptr;
   bool cq_can_wait_ = false;
   bool manual_control_ = false;  // acknowledgements and retransmits only inside calls (progress_is_manual)
+  std::mutex drive_mutex_;       // held by every call into the provider where manual_control_ (driving())
+  std::atomic<int64_t> last_call_ns_{0};
+  std::mutex keeper_mutex_;
+  std::condition_variable keeper_cv_;
+  bool keeper_stop_ = false;  // under keeper_mutex_
+  std::thread keeper_;
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
   uint32_t idle_polls_ = 0;
   bool needs_mr_ = false;
