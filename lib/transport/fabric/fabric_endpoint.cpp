@@ -670,7 +670,7 @@ class FabricEndpoint final : public Endpoint {
 
   static constexpr uint32_t kIdleYields = 16;
   static constexpr std::chrono::microseconds kIdlePauseMin{8};
-  static constexpr std::chrono::microseconds kIdlePauseMax{1000};
+  static constexpr std::chrono::microseconds kIdlePauseMax{2000};
   static constexpr std::chrono::milliseconds kKeeperTickMin{1}, kKeeperTickMax{8};
   // How long a leaving rank keeps answering after its last activity: a few of a reliable-datagram provider's first
   // retransmit intervals (ofi_rxd's start at 1 ms and double), for a peer whose last acknowledgement was lost.
