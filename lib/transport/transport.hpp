@@ -83,14 +83,10 @@ class Endpoint {
   /// Cancels everything still posted; their requests fail with `reason`. A request the provider cannot cancel (a
   /// send already on the wire) stays the endpoint's until the provider reports it or the endpoint is destroyed.
   virtual void cancel_all(const std::string& reason) = 0;
-  /// True where the provider acknowledges, retransmits and handshakes only inside its calls (udp;ofi_rxd, efa): a
-  /// peer's send to this rank then completes only once this rank calls in. The fabric endpoint then calls in by
-  /// itself while its driver is busy elsewhere (its keeper thread), and a rank that leaves must first let its
-  /// peers' last sends complete (quiesce()).
-  virtual bool progress_is_manual() const { return false; }
-  /// Before destruction, where progress is manual: drives progress until this rank's own sends have completed and
-  /// nothing has arrived for a little while, or `limit` has passed, so that a peer's last message is acknowledged
-  /// before this rank goes. Returns at once elsewhere.
+  /// Before destruction, where the provider acknowledges and retransmits only inside its calls (udp;ofi_rxd, efa:
+  /// a peer's send to this rank completes only once this rank calls in): drives progress until this rank's own sends
+  /// have completed and nothing has arrived for a little while, or `limit` has passed, so that a peer's last message
+  /// is acknowledged before this rank goes. Returns at once elsewhere.
   virtual void quiesce(std::chrono::milliseconds limit) { (void)limit; }
 };
 

@@ -200,8 +200,6 @@ class FabricEndpoint final : public Endpoint {
     if (mr_cache_ && buffer != nullptr) mr_cache_->invalidate(buffer, bytes);
   }
 
-  bool progress_is_manual() const override { return manual_control_; }
-
   void quiesce(std::chrono::milliseconds limit) override {
     if (!manual_control_) return;
     const auto start = std::chrono::steady_clock::now();
@@ -269,10 +267,15 @@ class FabricEndpoint final : public Endpoint {
     return manual_control_ ? std::unique_lock<std::mutex>(drive_mutex_) : std::unique_lock<std::mutex>();
   }
 
-  // One non-blocking pass: posts what waited for room, reads completions. True if any completed.
+  // The driver's non-blocking pass: marks that it calls in (the keeper stays out meanwhile), then drive_once().
   bool poll_once() {
-    auto lock = driving();
     last_call_ns_.store(now_ns(), std::memory_order_relaxed);
+    return drive_once();
+  }
+
+  // One non-blocking pass into the provider: posts what waited for room, reads completions. True if any completed.
+  bool drive_once() {
+    auto lock = driving();
     post_backlog();
     return drain_completions(nullptr) > 0;
   }
@@ -284,9 +287,10 @@ class FabricEndpoint final : public Endpoint {
 
   // The keeper: where acknowledgements, retransmits and handshakes move only inside calls (udp's ofi_rxd, efa), a
   // rank whose threads are busy elsewhere (a shared-memory phase, a long reduction, the caller's own work, an idle
-  // communicator) must still answer, or its peers stall: one rank waiting on a node flag while the peer it owes an
-  // acknowledgement waits on it deadlocked 4 ranks under 1 % loss. While nobody has called in for a tick, the keeper
-  // drives the provider once; the tick doubles from kKeeperTickMin to kKeeperTickMax while nothing happens.
+  // communicator) must still answer, or its peers stall: a rank waiting on a node flag while the peer it owes an
+  // acknowledgement waits on it is a deadlock under packet loss (commit 9efed68). While nobody has called in for a
+  // tick, the keeper drives the provider once; the tick doubles from kKeeperTickMin to kKeeperTickMax while nothing
+  // happens.
   void keep_progress() {
     auto tick = kKeeperTickMin;
     std::unique_lock<std::mutex> lock(keeper_mutex_);
@@ -298,12 +302,7 @@ class FabricEndpoint final : public Endpoint {
         tick = kKeeperTickMin;  // the driver is calling in itself
         continue;
       }
-      bool completed;
-      {
-        std::lock_guard<std::mutex> drive(drive_mutex_);
-        post_backlog();
-        completed = drain_completions(nullptr) > 0;
-      }
+      const bool completed = drive_once();
       if (completed) wake();  // a driver asleep in its pause sees them now
       tick = completed ? kKeeperTickMin : std::min(tick * 2, kKeeperTickMax);
     }
@@ -334,13 +333,12 @@ class FabricEndpoint final : public Endpoint {
     cq_attr.size = 4096;
     // A wait object lets progress() sleep in the provider instead of polling. Not where the provider's control
     // progress is manual (udp;ofi_rxd, efa): its acknowledgements, retransmits and handshakes move only inside
-    // calls, and a rank asleep in the wait object makes none, so a lost acknowledgement stalls the sender (udp, 3
-    // ranks: an alltoall send that never completed). EFA before libfabric 2.5 has no wait object anyway (fi_cq_open
-    // fails), and HIERCOLL_FABRIC_CQ_WAIT=0 asks for none, so that that path is tested everywhere.
+    // calls, and a rank asleep in the wait object makes none, so a lost acknowledgement stalls the sender (commit
+    // ecff805). EFA before libfabric 2.5 has no wait object anyway (fi_cq_open fails), and HIERCOLL_FABRIC_CQ_WAIT=0
+    // asks for none, so that that path is tested everywhere.
     cq_attr.wait_obj = FI_WAIT_UNSPEC;
-    // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses
-    // both the message and its own timeout (3 ranks: 1 start-up in 6 stuck in the init barrier past the
-    // communicator's timeout; 0 of 8 without the wait object).
+    // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses both
+    // the message and its own timeout, leaving start-up stuck past the communicator's timeout (commit ecff805).
     manual_control_ = info_->domain_attr->control_progress == FI_PROGRESS_MANUAL;
     const bool sread_works = !manual_control_ && provider() != "shm";
     if (options.cq_wait && sread_works && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
@@ -672,8 +670,8 @@ class FabricEndpoint final : public Endpoint {
   static constexpr std::chrono::microseconds kIdlePauseMin{8};
   static constexpr std::chrono::microseconds kIdlePauseMax{2000};
   static constexpr std::chrono::milliseconds kKeeperTickMin{1}, kKeeperTickMax{8};
-  // How long a leaving rank keeps answering after its last activity: a few of a reliable-datagram provider's first
-  // retransmit intervals (ofi_rxd's start at 1 ms and double), for a peer whose last acknowledgement was lost.
+  // How long a leaving rank keeps answering after its last activity: several of a reliable-datagram provider's first
+  // retransmit intervals, for a peer whose last acknowledgement was lost.
   static constexpr std::chrono::milliseconds kQuietBeforeLeaving{50};
 
   // The API of the headers built against: libfabric enables what its version promises (EFA turns device RDMA on
@@ -687,7 +685,7 @@ class FabricEndpoint final : public Endpoint {
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   bool cq_can_wait_ = false;
-  bool manual_control_ = false;  // acknowledgements and retransmits only inside calls (progress_is_manual)
+  bool manual_control_ = false;  // acknowledgements and retransmits only inside calls: the keeper runs
   std::mutex drive_mutex_;       // held by every call into the provider where manual_control_ (driving())
   std::atomic<int64_t> last_call_ns_{0};
   std::mutex keeper_mutex_;
