@@ -835,3 +835,30 @@ TEST_CASE("a rank that dies in any phase of any algorithm is named by every surv
   }
   std::printf("death noticed: slowest of all %.1f ms%s\n", worst_ms, netns ? " (network namespaces)" : "");
 }
+
+// A send to a dead peer may still be the provider's when the communicator goes: EFA cancels only posted receives and
+// completes a send (in error) after its retries, and udp's ofi_rxd keeps retransmitting. The survivor's sends of a
+// 256 MB ring allreduce are in flight when its peer is killed 20 ms in; it must notice, fail its next operation, and
+// destroy its communicator without touching memory it freed (run under AddressSanitizer by scripts/sanitize: a
+// request freed while the provider still held it is a use-after-free there, and a crash here).
+TEST_CASE("a peer killed in the middle of 256 MB sends: the survivor notices and closes cleanly",
+          "[mp][errors][death]") {
+  const std::string provider = GENERATE(std::string("udp"), std::string("tcp"));
+  LaunchOptions options;
+  options.env = {{"HIERCOLL_FABRIC_PROVIDER", provider}, {"HIERCOLL_FABRIC_IFACE", "lo"},
+                 {"HIERCOLL_ALGO", "ring"},              {"HIERCOLL_TEST_VICTIM", "1"},
+                 {"HIERCOLL_TEST_DIE_ITER", "0"},        {"HIERCOLL_TEST_DIE_AFTER_US", "20000"},
+                 {"HIERCOLL_TEST_HOW", "kill"},          {"HIERCOLL_TEST_COUNT", std::to_string(64u << 20)},
+                 {"HIERCOLL_NET_PROBE_BYTES", "0"}};
+  options.node_of = {0, 1};  // two nodes: every byte goes through the provider
+  options.timeout = std::chrono::seconds(120);
+  auto result = launch(2, HIERCOLL_MP_WORKER, {"die-timed"}, options);
+  INFO(provider << "\n" << result.report());
+  REQUIRE_FALSE(result.timed_out);
+  CHECK(result.ranks[1].exit_code == -SIGKILL);
+  const std::string& out = result.ranks[0].output;
+  CHECK(result.ranks[0].exit_code == 0);  // destroyed its communicator and returned from main
+  CHECK_THAT(out, Catch::Contains("PEER_LOST rank=1"));
+  CHECK_THAT(out, Catch::Contains("NEXT PEER_LOST rank=1"));
+  CHECK_THAT(out, Catch::Contains("die-timed: 0 mismatches"));
+}

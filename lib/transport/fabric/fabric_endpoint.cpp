@@ -386,6 +386,8 @@ class FabricEndpoint final : public Endpoint {
     if (ep_) fi_close(&ep_->fid);
     // The closed endpoint completes nothing more: what it still held (abandoned by cancel_all) can go, and with it
     // the registrations they held, before the cache and the domain.
+    if (!in_flight_.empty())
+      HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
     for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, "endpoint closed");
     mr_cache_.reset();  // registrations before the domain
     if (cq_) fi_close(&cq_->fid);
