@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +33,40 @@ std::string read_all(const std::string& path) {
   text << in.rdbuf();
   return text.str();
 }
+
+// The signal forward_signals caught and not yet acted on; written by the handler, read by launch()'s wait loop.
+volatile sig_atomic_t g_caught_signal = 0;
+
+void catch_signal(int sig) { g_caught_signal = sig; }
+
+// Installs catch_signal for SIGTERM, SIGINT and SIGHUP while alive (when asked), and restores what was there. A signal
+// this process was started with ignored stays ignored: nohup's SIGHUP, a non-interactive shell's background job's
+// SIGINT.
+class ForwardedSignals {
+ public:
+  explicit ForwardedSignals(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    g_caught_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = catch_signal;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < 3; ++i) {
+      sigaction(kSignals[i], nullptr, &previous_[i]);
+      if (previous_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
+    }
+  }
+  ~ForwardedSignals() {
+    if (!enabled_) return;
+    for (size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  ForwardedSignals(const ForwardedSignals&) = delete;
+  ForwardedSignals& operator=(const ForwardedSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGHUP};
+  bool enabled_;
+  struct sigaction previous_[3] {};
+};
 
 }  // namespace
 
@@ -132,6 +167,8 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
       if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
     }
   }
+  ForwardedSignals forwarded(options.forward_signals);  // before the first fork: a signal during start-up counts
+  const pid_t launcher = getpid();
   std::vector<pid_t> pids;
   for (int r = 0; r < started; ++r) {
     std::fflush(nullptr);  // or the child inherits unflushed output and prints it twice
@@ -139,6 +176,8 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
       setpgid(0, 0);  // its own group, so a timeout kills whatever it started too
+      // No rank outlives its launcher: killed with it (SIGKILL cannot be forwarded), or if it died before this line.
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(125);
       if (!cpus.empty()) {
         cpu_set_t one;
         CPU_ZERO(&one);
@@ -205,6 +244,14 @@ LaunchResult launch(int ranks, const std::string& program, const std::vector<std
       }
     }
     const auto now = std::chrono::steady_clock::now();
+    if (const int sig = g_caught_signal; options.forward_signals && sig != 0 && running > 0) {
+      g_caught_signal = 0;
+      const bool again = result.signal != 0;
+      if (!again) result.signal = sig;
+      signal_running(again ? SIGKILL : sig);  // a second signal: the user will not wait for the grace
+      term_at.reset();
+      kill_at = now + options.end_grace;
+    }
     if (running > 0 && term_at && now >= *term_at) {
       result.ended = true;
       signal_running(SIGTERM);

@@ -24,7 +24,7 @@ struct LaunchOptions {
   int launch_only = -1;    ///< start only this many of the ranks (to simulate ranks that never arrive)
   /// Per-rank extra variables, e.g. {{2, {{"HIERCOLL_TEST_DIE_AT", "3"}}}}.
   std::map<int, std::map<std::string, std::string>> rank_env;
-  bool inherit_output = false;
+  bool inherit_output = false;  ///< ranks write to our stdout/stderr instead of captured logs
   /// Emulated nodes on one host: rank r gets HIERCOLL_NODE_ID=node<node_of[r]> (empty: no override).
   std::vector<int> node_of;
   /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/cluster), where each
@@ -34,7 +34,12 @@ struct LaunchOptions {
   /// report their own errors and exit, then get SIGTERM, and SIGKILL `end_grace` later.
   bool end_job_on_failure = false;
   std::chrono::milliseconds end_grace{3000};
-  std::string store_host = "127.0.0.1";  ///< ranks write to our stdout/stderr instead of captured logs
+  std::string store_host = "127.0.0.1";  ///< where rank 0 serves the TCP store
+  /// As mpirun does: SIGTERM, SIGINT or SIGHUP to this process goes to every rank's process group, and SIGKILL
+  /// follows `end_grace` later (at once on a second signal); launch() then returns with LaunchResult::signal set.
+  /// Handlers are installed for the call's duration. Whether or not this is set, a rank is SIGKILLed when the
+  /// thread that called launch() dies (PR_SET_PDEATHSIG), so no rank outlives a killed launcher.
+  bool forward_signals = false;
   /// Pin rank r to the r-th CPU this launcher may run on, as mpirun --bind-to core does, where there are as many
   /// CPUs as ranks (else nothing is pinned).
   bool bind_cores = false;
@@ -45,6 +50,7 @@ struct LaunchResult {
   bool timed_out = false;
   int first_failed = -1;  ///< the first rank seen to fail, -1 if none did
   bool ended = false;     ///< end_job_on_failure signalled ranks that were still running
+  int signal = 0;         ///< forward_signals: the signal this process got and passed on, 0 if none
   bool all_ok() const;
   std::string report() const;  ///< every rank's exit code and output, for failure messages
 };

@@ -6,6 +6,8 @@
 // As mpirun and torchrun, it ends the job when a rank fails: the others get 3 s to report their own errors (a dead
 // peer is noticed in well under one), then SIGTERM, then SIGKILL; it exits with the first failure's status (128 +
 // the signal for a rank a signal ended). --keep-going waits for every rank instead.
+// SIGTERM, SIGINT and SIGHUP to it go to every rank (and what the rank started), SIGKILL follows 3 s later, and it
+// exits with 128 + the signal; killed outright, it takes its ranks with it (PR_SET_PDEATHSIG).
 // --bind-to core (the default where this host has a CPU for every rank, as mpirun's for 2 ranks and Intel MPI's)
 // pins rank r to the r-th CPU the launcher may use: unpinned ranks that wait on each other's shared-memory flags
 // now and then find themselves on one core, which the scheduler undoes only milliseconds later. --bind-to none
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   options.timeout = std::chrono::seconds(3600);
   options.end_job_on_failure = true;
   options.bind_cores = true;
+  options.forward_signals = true;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -83,6 +86,11 @@ int main(int argc, char** argv) {
     const int code = result.ranks[r].exit_code;
     if (code > 0) std::fprintf(stderr, "hiercoll_launch: rank %zu exited with %d\n", r, code);
     if (code < 0) std::fprintf(stderr, "hiercoll_launch: rank %zu was killed by signal %d (%s)\n", r, -code, strsignal(-code));
+  }
+  if (result.signal != 0) {
+    std::fprintf(stderr, "hiercoll_launch: got signal %d (%s) and passed it to every rank\n", result.signal,
+                 strsignal(result.signal));
+    return 128 + result.signal;
   }
   if (result.timed_out) {
     std::fprintf(stderr, "hiercoll_launch: timed out, all ranks killed\n");
