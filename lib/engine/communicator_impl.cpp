@@ -10,6 +10,7 @@
 #include "algo/algorithms.hpp"
 #include "algo/background.hpp"
 #include "base/clock.hpp"
+#include "base/limits.hpp"
 #include "base/log.hpp"
 #include "engine/collective.hpp"
 #include "hiercoll/errors.hpp"
@@ -98,6 +99,17 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     timeout_ms_ = settings_.timeout_ms;
   }
   if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
+  // Rank 0 holds a connection per rank for the peer watch, and for the store where it serves one; every rank may
+  // hold one per peer on a connection-oriented provider. Raised everywhere; too few is an error where it is sure
+  // to bite, on rank 0.
+  const size_t own_descriptors = 256;  // the endpoint, shared memory, the provider's own, the caller's
+  if (rank == 0) {
+    base::require_descriptors(own_descriptors + 2 * static_cast<size_t>(size),
+                              "rank 0 of " + std::to_string(size) + " ranks (a store and a peer-watch connection per "
+                              "rank)");
+  } else {
+    base::raise_descriptor_limit();
+  }
   base::set_log_rank(rank);
 
   algo_config_.chunk_bytes = settings_.chunk_bytes;

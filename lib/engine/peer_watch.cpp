@@ -37,8 +37,8 @@ namespace {
 
 constexpr uint32_t kMagic = 0x48435057;  // "HCPW"
 constexpr size_t kTokenBytes = 16;
-// Connections that have not said who they are yet: at most this many, each for at most kHelloWithin. Bounds what
-// stray clients can make the hub hold.
+// Connections that have not said who they are yet: at most this many beyond the communicator's size, each for at
+// most kHelloWithin. Bounds what stray clients can make the hub hold.
 constexpr size_t kMaxStrangers = 64;
 constexpr std::chrono::milliseconds kHelloWithin{5000};
 // How often each side says it is alive, at most (a quarter of the heartbeat timeout when that is shorter).
@@ -181,32 +181,45 @@ class PeerWatch::Impl {
       auto loopback = std::find(addresses.begin(), addresses.end(), "127.0.0.1");
       if (loopback != addresses.end()) std::rotate(addresses.begin(), loopback, loopback + 1);
     }
+    // A burst of thousands of ranks can overflow the hub's accept queue (a connect that times out) or meet it out
+    // of room (a connection closed before its welcome): those are tried again, backing off, until the deadline.
+    // Refused everywhere means nobody listens (rank 0 died): that fails at once.
     const auto deadline = Clock::now() + options_.connect_timeout;
     std::string tried;
-    for (const auto& address : addresses) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      auto limit = std::min(left, std::chrono::milliseconds(2000));
-      if (limit.count() <= 0) break;
-      tried += (tried.empty() ? "" : ", ") + address;
-      Socket sock = Socket::connect_within(address, static_cast<uint16_t>(port), limit);
-      if (!sock.valid()) continue;
-      Frame hello = frame(Type::kHello);
-      hello.rank = options_.rank;
-      hello.pid = static_cast<uint32_t>(getpid());
-      if (!send_frame(sock.fd(), hello)) continue;
-      // The hub's welcome proves it is the communicator's (it knows the token), not another service on that port.
-      Frame welcome;
-      if (!read_frame_within(sock.fd(), welcome, Clock::now() + limit) || !genuine(welcome) ||
-          welcome.type != Type::kWelcome) {
-        continue;
+    auto backoff = std::chrono::milliseconds(10);
+    for (bool again = true; again;) {
+      again = false;
+      for (const auto& address : addresses) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        auto limit = std::min(left, std::chrono::milliseconds(2000));
+        if (limit.count() <= 0) break;
+        if (tried.find(address) == std::string::npos) tried += (tried.empty() ? "" : ", ") + address;
+        Socket sock = Socket::connect_within(address, static_cast<uint16_t>(port), limit);
+        if (!sock.valid()) {
+          again = again || errno == ETIMEDOUT;
+          continue;
+        }
+        Frame hello = frame(Type::kHello);
+        hello.rank = options_.rank;
+        hello.pid = static_cast<uint32_t>(getpid());
+        // The hub's welcome proves it is the communicator's (it knows the token), not another service on that port.
+        Frame welcome;
+        if (!send_frame(sock.fd(), hello) || !read_frame_within(sock.fd(), welcome, Clock::now() + limit) ||
+            !genuine(welcome) || welcome.type != Type::kWelcome) {
+          again = true;
+          continue;
+        }
+        Peer& hub = peers_[0];
+        hub.sock = std::move(sock);
+        hub.rank = 0;
+        hub.pid = welcome.pid;
+        hub.heard = Clock::now();
+        thread_ = std::thread([this] { run(); });
+        return;
       }
-      Peer& hub = peers_[0];
-      hub.sock = std::move(sock);
-      hub.rank = 0;
-      hub.pid = welcome.pid;
-      hub.heard = Clock::now();
-      thread_ = std::thread([this] { run(); });
-      return;
+      if (!again || Clock::now() + backoff >= deadline) break;
+      std::this_thread::sleep_for(backoff);  // a retry's back-off, not a wait for an event
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
     throw RemoteError("rank " + std::to_string(options_.rank) + " cannot reach rank 0's peer watch (tried " + tried +
                       " port " + std::to_string(port) +
@@ -354,11 +367,13 @@ class PeerWatch::Impl {
 
   void accept_strangers() {
     for (;;) {
-      int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) return;  // EAGAIN: no more; anything else: the listener stays, the next poll retries
-      Socket sock(fd);
-      if (strangers_.size() >= kMaxStrangers) {
-        HIERCOLL_LOG(kWarn, "peer watch: refused a connection: " << kMaxStrangers
+      // Invalid: nothing more (EAGAIN), or one shed for want of descriptors; the next poll goes on.
+      Socket sock = Socket::accept_from(listener_, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (!sock.valid()) return;
+      // Room for every rank of a burst (the store releases them together), and a few strangers beside them.
+      const size_t most = static_cast<size_t>(options_.size) + kMaxStrangers;
+      if (strangers_.size() >= most) {
+        HIERCOLL_LOG(kWarn, "peer watch: refused a connection: " << most
                                                                  << " others have not introduced themselves yet");
         continue;
       }

@@ -8,10 +8,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
+#include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::store {
@@ -66,6 +70,27 @@ void Socket::recv_all(void* data, size_t size, Clock::time_point deadline) {
   }
 }
 
+Socket Socket::accept_from(const Socket& listener, int flags) {
+  // Opened at the first accept, while descriptors are still to be had; given up only to shed a connection.
+  static std::mutex spare_mutex;
+  static base::UniqueFd spare(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  for (;;) {
+    const int fd = ::accept4(listener.fd(), nullptr, nullptr, flags);
+    if (fd >= 0) return Socket(fd);
+    if (errno == EINTR) continue;
+    if (errno != EMFILE && errno != ENFILE) return Socket();
+    const int error = errno;
+    std::lock_guard<std::mutex> lock(spare_mutex);
+    spare.reset();
+    const int shed = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (shed >= 0) ::close(shed);
+    spare = base::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    HIERCOLL_LOG(kWarn, "closed an incoming connection on port " << listener.local_port() << ": "
+                            << std::strerror(error) << " (the open-file limit, RLIMIT_NOFILE, is too low for this job)");
+    return Socket();
+  }
+}
+
 Socket Socket::listen_on(const std::string& host, uint16_t port) {
   addrinfo* list = resolve(host, port, true);
   std::string last_error = "no address";
@@ -116,7 +141,10 @@ Socket Socket::connect_within(const std::string& ipv4, uint16_t port, std::chron
     } while (rc < 0 && errno == EINTR);
     int error = 0;
     socklen_t length = sizeof error;
-    if (rc <= 0 || getsockopt(sock.fd(), SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) return Socket();
+    if (rc <= 0 || getsockopt(sock.fd(), SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+      errno = rc == 0 ? ETIMEDOUT : error != 0 ? error : errno;
+      return Socket();
+    }
   }
   int one = 1;
   setsockopt(sock.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -30,9 +30,15 @@ class Socket {
   /// Connects once; returns an invalid socket if the server is not there yet (ECONNREFUSED).
   static Socket try_connect(const std::string& host, uint16_t port);
   /// Connects to a numeric IPv4 address, giving up after `timeout` (a filtered address would otherwise hold a
-  /// blocking connect for minutes); returns an invalid socket if it cannot. The socket is left non-blocking.
+  /// blocking connect for minutes); returns an invalid socket if it cannot, with errno saying why (ETIMEDOUT,
+  /// ECONNREFUSED, ...). The socket is left non-blocking.
   static Socket connect_within(const std::string& ipv4, uint16_t port, std::chrono::milliseconds timeout);
   uint16_t local_port() const;
+  /// accept4(listener, flags), EINTR retried; an invalid socket when there is nothing to accept or it failed. Out
+  /// of descriptors (EMFILE, ENFILE), the waiting connection is accepted into a spare descriptor kept for this and
+  /// closed, with a warning: left queued it would keep the listener readable and a poll loop spinning, and its
+  /// client waiting instead of failing.
+  static Socket accept_from(const Socket& listener, int flags);
 
  private:
   base::UniqueFd fd_;

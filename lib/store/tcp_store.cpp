@@ -18,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
@@ -99,10 +100,11 @@ class StoreServer {
       if (::poll(fds.data(), fds.size(), -1) < 0) continue;
       if (fds[0].revents) return;
       if (fds[1].revents & POLLIN) {
-        int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) {
+        Socket accepted = Socket::accept_from(listener_, SOCK_CLOEXEC);
+        if (accepted.valid()) {
+          const int fd = accepted.fd();
           Client& client = clients_[fd];
-          client.socket = Socket(fd);
+          client.socket = std::move(accepted);
           client.admitted = token_.empty();
         }
       }
@@ -338,6 +340,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, bool is_server, std::
   impl_->port = port;
   impl_->token = job_token;
   if (is_server) {
+    base::raise_descriptor_limit();  // a client socket per rank of the job: past the usual 1,024 at about 1,000 ranks
     impl_->server = std::make_unique<StoreServer>(Socket::listen_on(host, port), job_token);
     impl_->port = impl_->server->port();
   }

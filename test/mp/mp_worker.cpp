@@ -959,6 +959,14 @@ void run_bucketer(Communicator& comm) {
   std::printf("bucketer: %zu buckets after rebuild\n", bucketer.buckets().size());
 }
 
+// The open-file limit a communicator left this process with (test/limits/descriptors.sh).
+void print_limits(Communicator& comm) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  std::printf("rank %d NOFILE soft %llu hard %llu\n", comm.rank(), static_cast<unsigned long long>(limit.rlim_cur),
+              static_cast<unsigned long long>(limit.rlim_max));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -983,6 +991,7 @@ int main(int argc, char** argv) {
     else if (scenario == "rails") run_rails(comm, argc > 2 ? std::atoi(argv[2]) : 1);
     else if (scenario == "turn-returns") run_turn_returns(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
+    else if (scenario == "limits") print_limits(comm);
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
       return 2;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "hiercoll/errors.hpp"
@@ -158,4 +159,57 @@ TEST_CASE("a rank that leaves on purpose is not reported; one that cannot reach 
   }
   CHECK_THROWS_AS(PeerWatch::spoke(options, "not a contact", true, spoke_reports.callback()),
                   hiercoll::InvalidUsageError);
+}
+
+// The store releases every rank at once, so the hub meets a burst of connections that have not said hello yet. It
+// once kept 64 of them and closed the rest, and a spoke tried once: a job of a few hundred ranks could fail to start.
+// Here 512 spokes connect at the same moment; every one must join, and the hub must hear each one's departure.
+TEST_CASE("a burst of 512 spokes all join the hub", "[watch]") {
+  constexpr int kSpokes = 512;
+  PeerWatch::Options options;
+  options.size = kSpokes + 1;
+  options.heartbeat_timeout = 0ms;
+  Reports reports;
+  auto hub = PeerWatch::hub(options, reports.callback());
+  const std::string contact = hub->contact();
+  std::mutex mutex;
+  std::condition_variable go;
+  bool released = false;
+  std::vector<std::unique_ptr<PeerWatch>> spokes(kSpokes);
+  std::vector<std::string> errors(kSpokes);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSpokes; ++i) {
+    threads.emplace_back([&, i] {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        go.wait(lock, [&] { return released; });
+      }
+      PeerWatch::Options mine = options;
+      mine.rank = i + 1;
+      try {
+        spokes[static_cast<size_t>(i)] = PeerWatch::spoke(mine, contact, /*same_host=*/true, [](const PeerWatch::Loss&) {});
+      } catch (const hiercoll::Error& e) {
+        errors[static_cast<size_t>(i)] = e.what();
+      }
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    released = true;
+  }
+  go.notify_all();
+  for (auto& thread : threads) thread.join();
+  int joined = 0;
+  for (int i = 0; i < kSpokes; ++i) {
+    INFO("spoke " << i + 1 << ": " << errors[static_cast<size_t>(i)]);
+    CHECK(spokes[static_cast<size_t>(i)] != nullptr);
+    joined += spokes[static_cast<size_t>(i)] != nullptr;
+  }
+  CHECK(joined == kSpokes);
+  // Leaving on purpose is not a failure; one that aborts is, and it is the one reported.
+  for (int i = 1; i < kSpokes; ++i) spokes[static_cast<size_t>(i)]->leave(/*aborted=*/false);
+  spokes[0]->leave(/*aborted=*/true);
+  REQUIRE(reports.wait_for_one(5000ms));
+  std::lock_guard<std::mutex> lock(reports.mutex);
+  CHECK(reports.seen.front().first == 1);
 }
