@@ -27,6 +27,9 @@ class HIERCOLL_API Store {
   virtual bool check(const std::vector<std::string>& keys) = 0;
   /// Waits until every key exists. The TimeoutError names the keys still missing.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  /// Waits at most `timeout` for `key`, then returns its value; TimeoutError if it did not appear. By default
+  /// wait() then get(); a store whose server can hold a read until the key appears does it in one request.
+  virtual Bytes get_within(const std::string& key, std::chrono::milliseconds timeout);
   void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
 
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -55,6 +58,9 @@ class HIERCOLL_API TcpStore : public Store {
   Bytes get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
+  Bytes get_within(const std::string& key, std::chrono::milliseconds timeout) override;
+  /// The requests this process's server has answered (0 where it serves none): start-up's cost at rank 0.
+  uint64_t requests_served() const;
   using Store::set;
 
  private:
@@ -91,6 +97,9 @@ class HIERCOLL_API PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  Bytes get_within(const std::string& key, std::chrono::milliseconds timeout) override;
+  /// The store this one prefixes.
+  const std::shared_ptr<Store>& base() const { return base_; }
   using Store::set;
   using Store::wait;
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -42,14 +43,6 @@ std::string next_instance_name(const std::string& name) {
   static std::map<std::string, int> made;
   std::lock_guard<std::mutex> lock(mutex);
   return name + "#" + std::to_string(made[name]++);
-}
-
-std::string missing_ranks(Store& store, const std::string& key, int size) {
-  std::string list;
-  for (int r = 0; r < size; ++r) {
-    if (!store.check({key + "/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return list;
 }
 
 // A published address travels with the identity of the network it was made in (host name and network namespace),
@@ -210,23 +203,20 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   }
   if (rank_ == 0) store.set("node/0", node_id);
   if (watched && rank_ != 0) {
-    wait_for_keys(store, {"node/0"}, [&] { return "rank 0 never arrived"; });
+    const Store::Bytes node0 = get_waiting(store, "node/0", algo::Clock::now() + options_.timeout,
+                                           [&] { return std::string("rank 0 never arrived"); });
     if (store.check({"watch"})) {
-      watch_ = PeerWatch::spoke(watch, store.get_string("watch"), store.get_string("node/0") == node_id, report);
+      const bool same_host = std::string(node0.begin(), node0.end()) == node_id;
+      watch_ = PeerWatch::spoke(watch, store.get_string("watch"), same_host, report);
     } else {
       HIERCOLL_LOG(kWarn, "rank 0 runs without the peer watch (HIERCOLL_PEER_WATCH=0 there): a dead rank is noticed "
                           "at the timeout");
     }
   }
-  if (rank_ != 0) store.set("node/" + std::to_string(rank_), node_id);
   // Every rank's node first: which NIC a rank opens depends on its local rank.
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back("node/" + std::to_string(r));
-  wait_for_keys(store, keys, [&] {
-    return "rank(s) " + missing_ranks(store, "node", size_) + " of " + std::to_string(size_) + " never arrived";
-  });
   std::vector<std::string> node_ids;
-  for (int r = 0; r < size_; ++r) node_ids.push_back(store.get_string(keys[r]));
+  for (const auto& id : gather_through_store(store, "node", Store::Bytes(node_id.begin(), node_id.end())))
+    node_ids.emplace_back(id.begin(), id.end());
   layout_ = Layout::from_node_ids(node_ids, rank_);
   open_endpoint();
   endpoint_->connect(rank_, exchange_addresses(store));
@@ -252,16 +242,11 @@ void CommunicatorImpl::open_endpoint() {
 }
 
 std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store) {
-  store.set("addr/" + std::to_string(rank_), with_network(endpoint_->address()));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back("addr/" + std::to_string(r));
-  wait_for_keys(store, keys, [&] {
-    return "rank(s) " + missing_ranks(store, "addr", size_) + " of " + std::to_string(size_) + " never arrived";
-  });
+  const std::vector<Store::Bytes> records = gather_through_store(store, "addr", with_network(endpoint_->address()));
   std::vector<std::vector<uint8_t>> addresses;
   std::map<std::string, std::pair<int, std::string>> first_at;  // host address -> first rank publishing it, its network
   for (int r = 0; r < size_; ++r) {
-    auto [address, network] = split_network(store.get(keys[r]), r);
+    auto [address, network] = split_network(records[static_cast<size_t>(r)], r);
     const std::string host = endpoint_->host_of(address);
     if (!host.empty()) {
       auto [seen, fresh] = first_at.emplace(host, std::make_pair(r, network));
@@ -280,55 +265,112 @@ std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& st
   return addresses;
 }
 
-void CommunicatorImpl::wait_for_keys(Store& store, const std::vector<std::string>& keys,
-                                     const std::function<std::string()>& missing) {
-  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  auto halted = [&] {
-    if (!aborted_) return;
-    base::Failure failure{ErrorCode::kRemoteError, {}};
-    explain_halt(failure, "Communicator::create");
-    // A rank that gave up (alive, it aborted) most likely timed out on a rank that never arrived, which this rank
-    // is still waiting for too: then that is the failure here as well, a timeout naming the missing, whichever
-    // rank's clock ran out first (start-up under load staggers them by seconds). A rank that died is the failure.
-    try {
-      if (!store.check(keys)) {
-        const std::string absent = missing();
-        std::lock_guard<std::mutex> lock(halt_mutex_);
-        if (halt_peer_gave_up_) {
-          failure.code = ErrorCode::kTimeout;
-          failure.lost.reset();
-          failure.message = "Communicator::create: " + absent + " (communicator '" + options_.name + "'); " +
-                            halt_->message + ", before this rank's own " + std::to_string(options_.timeout.count()) +
-                            " ms ran out";
-        } else {
-          failure.message += "; still waiting here: " + absent;
-        }
+void CommunicatorImpl::fail_if_halted(Store& store, const std::vector<std::string>& keys,
+                                      const std::function<std::string()>& missing) {
+  if (!aborted_) return;
+  base::Failure failure{ErrorCode::kRemoteError, {}};
+  explain_halt(failure, "Communicator::create");
+  // A rank that gave up (alive, it aborted) most likely timed out on a rank that never arrived, which this rank
+  // is still waiting for too: then that is the failure here as well, a timeout naming the missing, whichever
+  // rank's clock ran out first (start-up under load staggers them by seconds). A rank that died is the failure.
+  try {
+    if (!store.check(keys)) {
+      const std::string absent = missing();
+      std::lock_guard<std::mutex> lock(halt_mutex_);
+      if (halt_peer_gave_up_) {
+        failure.code = ErrorCode::kTimeout;
+        failure.lost.reset();
+        failure.message = "Communicator::create: " + absent + " (communicator '" + options_.name + "'); " +
+                          halt_->message + ", before this rank's own " + std::to_string(options_.timeout.count()) +
+                          " ms ran out";
+      } else {
+        failure.message += "; still waiting here: " + absent;
       }
-    } catch (const Error&) {  // the store went with the rank that served it
     }
-    base::throw_failure(failure);
-  };
-  if (!watch_) {
+  } catch (const Error&) {  // the store went with the rank that served it
+  }
+  base::throw_failure(failure);
+}
+
+Store::Bytes CommunicatorImpl::get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
+                                           const std::function<std::string()>& missing,
+                                           const std::function<void()>& on_slow) {
+  // Without the peer watch nothing can end the wait early: one read, held by the server, for all of the time left.
+  auto slice = watch_ ? std::chrono::milliseconds(50) : options_.timeout;
+  for (int attempt = 0;; ++attempt) {
+    fail_if_halted(store, {key}, missing);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - algo::Clock::now());
+    if (left.count() <= 0) break;
+    if (attempt == 1 && on_slow) on_slow();
     try {
-      return store.wait(keys, options_.timeout);
+      return store.get_within(key, std::min(slice, left));
     } catch (const TimeoutError&) {
     }
-  } else {
-    // In short checks, sleeping on the halt signal between them: the peer watch may report a death meanwhile.
-    // Each check is one store request; 20 a second per rank, as a hiercoll TcpStore's own wait polls.
-    auto pause = std::chrono::milliseconds(1);
-    while (!store.check(keys)) {
-      halted();
-      if (std::chrono::steady_clock::now() >= deadline) break;
-      std::unique_lock<std::mutex> lock(halt_mutex_);
-      halt_cv_.wait_for(lock, pause, [&] { return halt_.has_value(); });
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
-    halted();
-    if (store.check(keys)) return;
+    slice = std::min(slice * 2, std::chrono::milliseconds(1000));
   }
+  fail_if_halted(store, {key}, missing);
   throw TimeoutError("Communicator::create: " + missing() + " within " + std::to_string(options_.timeout.count()) +
                      " ms (communicator '" + options_.name + "')");
+}
+
+// Start-up's exchange, at O(N) requests to the store's server (one process's thread, rank 0's with hiercoll's own
+// store): every other rank publishes its record, rank 0 reads them in rank order, each read held by the server
+// until the record is there (no polling), and publishes them as one value, which every other rank reads once. Each
+// rank makes two requests and rank 0 2N; the N records travel twice. Reading all N keys on every rank instead made
+// N^2 requests, and their polls more, to one thread: over 2 million before the first collective at 1,024 ranks.
+std::vector<Store::Bytes> CommunicatorImpl::gather_through_store(Store& store, const std::string& name,
+                                                                 const Store::Bytes& mine) {
+  const auto deadline = algo::Clock::now() + options_.timeout;
+  const std::string n_text = std::to_string(size_);
+  // Who has not published: from `first` on (the ranks before it are known to have), one check each. Only a
+  // failing start-up asks.
+  auto missing_from = [&](int first) {
+    std::string list;
+    for (int r = std::max(first, 1); r < size_; ++r) {
+      if (!store.check({name + "/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return list.empty() ? "rank 0 had every rank's " + name + " record but did not publish them (stuck or dead)"
+                        : "rank(s) " + list + " of " + n_text + " never arrived";
+  };
+  std::vector<Store::Bytes> all(static_cast<size_t>(size_));
+  if (rank_ == 0) {
+    all[0] = mine;
+    for (int r = 1; r < size_; ++r) {
+      // Late ranks are common under load; the others, waiting on rank 0, read where it stands from "waiting".
+      all[static_cast<size_t>(r)] = get_waiting(store, name + "/" + std::to_string(r), deadline,
+                                                [&] { return missing_from(r); },
+                                                [&] { store.set(name + "/waiting", std::to_string(r)); });
+    }
+    Store::Bytes blob;
+    for (const auto& record : all) {
+      const auto length = static_cast<uint32_t>(record.size());
+      blob.insert(blob.end(), reinterpret_cast<const uint8_t*>(&length), reinterpret_cast<const uint8_t*>(&length) + 4);
+      blob.insert(blob.end(), record.begin(), record.end());
+    }
+    store.set(name + "/all", blob);
+    return all;
+  }
+  store.set(name + "/" + std::to_string(rank_), mine);
+  const Store::Bytes blob = get_waiting(store, name + "/all", deadline, [&] {
+    int first = 1;
+    try {
+      if (store.check({name + "/waiting"})) first = std::stoi(store.get_string(name + "/waiting"));
+    } catch (const std::exception&) {
+    }
+    return missing_from(first);
+  });
+  size_t at = 0;
+  for (int r = 0; r < size_; ++r) {
+    uint32_t length = 0;
+    if (blob.size() - at < 4) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
+    std::memcpy(&length, blob.data() + at, 4);
+    at += 4;
+    if (blob.size() - at < length) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
+    all[static_cast<size_t>(r)].assign(blob.begin() + static_cast<std::ptrdiff_t>(at),
+                                       blob.begin() + static_cast<std::ptrdiff_t>(at + length));
+    at += length;
+  }
+  return all;
 }
 
 void CommunicatorImpl::fit_chunks_to_provider() {
@@ -379,10 +421,12 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     } else {
       const std::string maker = "rank " + std::to_string(layout_.rank_at(layout_.node, 0)) + " (local rank 0 of node " +
                                 std::to_string(layout_.node) + ", which makes the node's shared memory)";
-      wait_for_keys(store, {key}, [&] { return maker + " did not publish it: dead, or stuck in start-up"; });
+      const Store::Bytes name = get_waiting(store, key, algo::Clock::now() + options_.timeout, [&] {
+        return maker + " did not publish it: dead, or stuck in start-up";
+      });
       try {
-        arena_ = transport::NodeArena::attach(store.get_string(key), layout_.local_rank, layout_.local_size, buffers,
-                                              cost_model_.shm_piece_bytes);
+        arena_ = transport::NodeArena::attach(std::string(name.begin(), name.end()), layout_.local_rank,
+                                              layout_.local_size, buffers, cost_model_.shm_piece_bytes);
       } catch (const RemoteError& e) {
         throw RemoteError("Communicator::create: " + maker + " died after publishing it: " + e.what());
       }

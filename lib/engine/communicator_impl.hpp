@@ -115,9 +115,17 @@ class CommunicatorImpl {
   /// interface such as docker0 chosen on both), which no rank could reach the other through.
   std::vector<std::vector<uint8_t>> exchange_addresses(Store& store);
   void setup_hierarchy(Store& store, const std::string& instance);
-  /// Waits for `keys` in `store` for the communicator's timeout, giving up at once when the peer watch reports a
-  /// lost rank (PeerLostError). The TimeoutError says what `missing()` returns, then how long it waited.
-  void wait_for_keys(Store& store, const std::vector<std::string>& keys, const std::function<std::string()>& missing);
+  /// Every rank's `mine`, in rank order, in O(N) requests to the store's server and two waits per rank (see the
+  /// definition). Keys "<name>/<rank>", "<name>/all" and, while rank 0 waits for a late rank, "<name>/waiting".
+  std::vector<Store::Bytes> gather_through_store(Store& store, const std::string& name, const Store::Bytes& mine);
+  /// `key`'s value, read with Store::get_within in slices (50 ms doubling to 1 s) until `deadline`, giving up
+  /// between slices when the peer watch has reported a lost rank (fail_if_halted); `on_slow` runs once, when a
+  /// first slice found nothing. The TimeoutError says what `missing()` returns, then how long it waited.
+  Store::Bytes get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
+                           const std::function<std::string()>& missing, const std::function<void()>& on_slow = {});
+  /// Throws the failure the peer watch reported, if any; a rank that gave up most likely timed out waiting for
+  /// the same `keys` as this one, and then the failure is that timeout, naming `missing()`.
+  void fail_if_halted(Store& store, const std::vector<std::string>& keys, const std::function<std::string()>& missing);
   /// Network messages no larger than the provider's eager size, between nodes, unless HIERCOLL_CHUNK_BYTES says.
   void fit_chunks_to_provider();
   /// The start-up link probe (algo::probe_link) between nodes 0 and 1; its figures replace the cost model's

@@ -157,6 +157,7 @@ class PeerWatch::Impl {
       throw SystemError(std::string("peer watch: getrandom: ") + std::strerror(errno));
     }
     listener_ = Socket::listen_on("0.0.0.0", 0);
+    spare_ = Socket::spare_descriptor();
     set_nonblocking(listener_.fd());
     std::string addresses;
     for (const auto& address : host_addresses(options_.socket_ifname)) {
@@ -368,7 +369,7 @@ class PeerWatch::Impl {
   void accept_strangers() {
     for (;;) {
       // Invalid: nothing more (EAGAIN), or one shed for want of descriptors; the next poll goes on.
-      Socket sock = Socket::accept_from(listener_, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      Socket sock = Socket::accept_from(listener_, SOCK_CLOEXEC | SOCK_NONBLOCK, spare_);
       if (!sock.valid()) return;
       // Room for every rank of a burst (the store releases them together), and a few strangers beside them.
       const size_t most = static_cast<size_t>(options_.size) + kMaxStrangers;
@@ -525,6 +526,7 @@ class PeerWatch::Impl {
   std::string contact_;
   base::UniqueFd wake_;  // eventfd: leave() wakes the thread
   Socket listener_;
+  base::UniqueFd spare_;  // hub: given up to shed a connection when out of descriptors (Socket::accept_from)
   std::vector<Peer> peers_;  // by rank: the hub's spokes; a spoke's hub at [0]
   std::list<Peer> strangers_;
   std::vector<Frame> deaths_;  // the hub: every death it relayed, for ranks that connect later

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 
 #include "base/log.hpp"
 #include "hiercoll/errors.hpp"
@@ -70,21 +69,19 @@ void Socket::recv_all(void* data, size_t size, Clock::time_point deadline) {
   }
 }
 
-Socket Socket::accept_from(const Socket& listener, int flags) {
-  // Opened at the first accept, while descriptors are still to be had; given up only to shed a connection.
-  static std::mutex spare_mutex;
-  static base::UniqueFd spare(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+base::UniqueFd Socket::spare_descriptor() { return base::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); }
+
+Socket Socket::accept_from(const Socket& listener, int flags, base::UniqueFd& spare) {
   for (;;) {
     const int fd = ::accept4(listener.fd(), nullptr, nullptr, flags);
     if (fd >= 0) return Socket(fd);
     if (errno == EINTR) continue;
     if (errno != EMFILE && errno != ENFILE) return Socket();
     const int error = errno;
-    std::lock_guard<std::mutex> lock(spare_mutex);
     spare.reset();
     const int shed = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (shed >= 0) ::close(shed);
-    spare = base::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    spare = spare_descriptor();
     HIERCOLL_LOG(kWarn, "closed an incoming connection on port " << listener.local_port() << ": "
                             << std::strerror(error) << " (the open-file limit, RLIMIT_NOFILE, is too low for this job)");
     return Socket();

@@ -35,10 +35,12 @@ class Socket {
   static Socket connect_within(const std::string& ipv4, uint16_t port, std::chrono::milliseconds timeout);
   uint16_t local_port() const;
   /// accept4(listener, flags), EINTR retried; an invalid socket when there is nothing to accept or it failed. Out
-  /// of descriptors (EMFILE, ENFILE), the waiting connection is accepted into a spare descriptor kept for this and
-  /// closed, with a warning: left queued it would keep the listener readable and a poll loop spinning, and its
-  /// client waiting instead of failing.
-  static Socket accept_from(const Socket& listener, int flags);
+  /// of descriptors (EMFILE, ENFILE), the waiting connection is accepted into `spare` (the caller's, opened with
+  /// spare_descriptor() beside the listener, while descriptors were to be had) and closed, with a warning: left
+  /// queued it would keep the listener readable and a poll loop spinning, and its client waiting instead of failing.
+  static Socket accept_from(const Socket& listener, int flags, base::UniqueFd& spare);
+  /// A descriptor to give up when accept_from runs out (/dev/null).
+  static base::UniqueFd spare_descriptor();
 
  private:
   base::UniqueFd fd_;

@@ -37,6 +37,11 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
   }
 }
 
+Store::Bytes Store::get_within(const std::string& key, std::chrono::milliseconds timeout) {
+  wait({key}, timeout);
+  return get(key);
+}
+
 std::string Store::get_string(const std::string& key) {
   Bytes value = get(key);
   return std::string(value.begin(), value.end());
@@ -53,6 +58,9 @@ bool PrefixStore::check(const std::vector<std::string>& keys) {
   std::vector<std::string> full;
   for (const auto& key : keys) full.push_back(prefixed(key));
   return base_->check(full);
+}
+Store::Bytes PrefixStore::get_within(const std::string& key, std::chrono::milliseconds timeout) {
+  return base_->get_within(prefixed(key), timeout);
 }
 void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::vector<std::string> full;

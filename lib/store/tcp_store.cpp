@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -31,7 +33,10 @@ namespace {
 using store::Clock;
 using store::Socket;
 
-enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kHello = 5 };
+// kGetWithin: kGet whose value is a u64 of milliseconds; the server answers with the key's value once it is set,
+// or with kAbsent in place of a length once that time has passed (the connection stays usable).
+enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kHello = 5, kGetWithin = 6 };
+constexpr uint64_t kAbsent = ~uint64_t{0};
 
 void put_u64(std::vector<uint8_t>& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -78,6 +83,7 @@ class StoreServer {
     thread_.join();
   }
   uint16_t port() const { return listener_.local_port(); }
+  uint64_t requests_served() const { return served_.load(std::memory_order_relaxed); }
 
  private:
   struct Client {
@@ -97,10 +103,11 @@ class StoreServer {
       for (auto& [fd, client] : clients_) {
         fds.push_back({fd, static_cast<short>(POLLIN | (client.output.empty() ? 0 : POLLOUT)), 0});
       }
-      if (::poll(fds.data(), fds.size(), -1) < 0) continue;
+      if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0) continue;
       if (fds[0].revents) return;
+      expire_waiters();
       if (fds[1].revents & POLLIN) {
-        Socket accepted = Socket::accept_from(listener_, SOCK_CLOEXEC);
+        Socket accepted = Socket::accept_from(listener_, SOCK_CLOEXEC, spare_);
         if (accepted.valid()) {
           const int fd = accepted.fd();
           Client& client = clients_[fd];
@@ -135,7 +142,42 @@ class StoreServer {
 
   void forget_waiter(int fd) {
     for (auto& [key, waiters] : waiting_) {
-      for (auto it = waiters.begin(); it != waiters.end();) it = (*it == fd) ? waiters.erase(it) : it + 1;
+      for (auto it = waiters.begin(); it != waiters.end();) it = (it->fd == fd) ? waiters.erase(it) : it + 1;
+    }
+  }
+
+  // Until the first timed read runs out (-1: none waits with a limit).
+  int poll_timeout_ms() const {
+    std::optional<Clock::time_point> first;
+    for (const auto& [key, waiters] : waiting_) {
+      for (const Waiter& w : waiters) {
+        if (w.timed && (!first || w.deadline < *first)) first = w.deadline;
+      }
+    }
+    if (!first) return -1;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*first - Clock::now()).count() + 1;
+    return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
+  }
+
+  // Timed reads whose time is up are answered kAbsent.
+  void expire_waiters() {
+    const auto now = Clock::now();
+    for (auto entry = waiting_.begin(); entry != waiting_.end();) {
+      auto& waiters = entry->second;
+      for (auto it = waiters.begin(); it != waiters.end();) {
+        if (!it->timed || it->deadline > now) {
+          ++it;
+          continue;
+        }
+        auto c = clients_.find(it->fd);
+        if (c != clients_.end()) {
+          std::vector<uint8_t> absent;
+          put_u64(absent, kAbsent);
+          send(c->second, absent.data(), absent.size());
+        }
+        it = waiters.erase(it);
+      }
+      entry = waiters.empty() ? waiting_.erase(entry) : std::next(entry);
     }
   }
 
@@ -208,6 +250,7 @@ class StoreServer {
   }
 
   void handle(Client& client, uint8_t command, const std::string& key, Store::Bytes value) {
+    served_.fetch_add(1, std::memory_order_relaxed);
     if (command == kHello) {
       if (!token_.empty() && std::string(value.begin(), value.end()) != token_) {
         throw InvalidUsageError("store: a client presented another job's token");
@@ -227,18 +270,29 @@ class StoreServer {
         send(client, &ack, 1);
         auto it = waiting_.find(key);
         if (it != waiting_.end()) {
-          for (int fd : it->second) {
-            auto c = clients_.find(fd);
+          for (const Waiter& w : it->second) {
+            auto c = clients_.find(w.fd);
             if (c != clients_.end()) reply_value(c->second, data_[key]);
           }
           waiting_.erase(it);
         }
         break;
       }
-      case kGet: {
+      case kGet:
+      case kGetWithin: {
+        Waiter waiter{client.socket.fd(), false, {}};
+        if (command == kGetWithin) {
+          if (value.size() != 8) {
+            throw InvalidUsageError("store: GET_WITHIN with a value of " + std::to_string(value.size()) +
+                                    " bytes, not 8");
+          }
+          waiter.timed = true;
+          const uint64_t ms = std::min<uint64_t>(get_u64(value.data()), 24ull * 3600 * 1000);
+          waiter.deadline = Clock::now() + std::chrono::milliseconds(ms);
+        }
         auto it = data_.find(key);
         if (it == data_.end()) {
-          waiting_[key].push_back(client.socket.fd());
+          waiting_[key].push_back(waiter);
         } else {
           reply_value(client, it->second);
         }
@@ -266,13 +320,20 @@ class StoreServer {
     }
   }
 
+  std::atomic<uint64_t> served_{0};  // requests handled (server thread writes, any thread reads)
   Socket listener_;
+  base::UniqueFd spare_ = Socket::spare_descriptor();  // given up to shed a connection when out of descriptors
   const std::string token_;
   base::UniqueFd wake_{eventfd(0, EFD_CLOEXEC)};  // the destructor wakes the server's thread
   std::thread thread_;
   std::map<int, Client> clients_;
   std::unordered_map<std::string, Store::Bytes> data_;
-  std::unordered_map<std::string, std::vector<int>> waiting_;
+  struct Waiter {
+    int fd;
+    bool timed;                 // kGetWithin: answered kAbsent at `deadline`
+    Clock::time_point deadline;
+  };
+  std::unordered_map<std::string, std::vector<Waiter>> waiting_;  // reads held until their key is set
 };
 
 }  // namespace
@@ -359,18 +420,34 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   });
 }
 
-Store::Bytes TcpStore::get(const std::string& key) {
+Store::Bytes TcpStore::get(const std::string& key) { return get_within(key, timeout_); }
+
+uint64_t TcpStore::requests_served() const { return impl_->server ? impl_->server->requests_served() : 0; }
+
+// The server holds the read until the key is set or `timeout` has passed, and says which: one request however long
+// the wait, and the connection stays. The client's own limit, a little later, covers a server that never answers
+// (then the connection is replaced).
+Store::Bytes TcpStore::get_within(const std::string& key, std::chrono::milliseconds timeout) {
+  const std::string late = "store: key '" + key + "' did not appear within " + std::to_string(timeout.count()) + " ms";
+  Bytes limit;
+  put_u64(limit, static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+  std::optional<Bytes> value;
   try {
-    return impl_->request(kGet, key, {}, timeout_, [&](Clock::time_point deadline) {
-      uint8_t header[8];
-      impl_->connection.recv_all(header, 8, deadline);
-      Bytes value(get_u64(header));
-      impl_->connection.recv_all(value.data(), value.size(), deadline);
-      return value;
-    });
+    value = impl_->request(kGetWithin, key, limit, timeout + std::chrono::seconds(5),
+                           [&](Clock::time_point deadline) -> std::optional<Bytes> {
+                             uint8_t header[8];
+                             impl_->connection.recv_all(header, 8, deadline);
+                             const uint64_t length = get_u64(header);
+                             if (length == kAbsent) return std::nullopt;
+                             Bytes bytes(length);
+                             impl_->connection.recv_all(bytes.data(), bytes.size(), deadline);
+                             return bytes;
+                           });
   } catch (const TimeoutError&) {
-    throw TimeoutError("store: key '" + key + "' did not appear within " + std::to_string(timeout_.count()) + " ms");
+    throw TimeoutError(late);
   }
+  if (!value) throw TimeoutError(late);
+  return std::move(*value);
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {

@@ -698,6 +698,24 @@ bool names_rank(const std::string& text, int rank) {
   return false;
 }
 
+// Start-up's exchange through the store costs its server (one thread of one process) O(N) requests: rank 0 gathers
+// the records and every other rank reads them once. Reading every rank's key on every rank cost 2N^2 and more.
+TEST_CASE("start-up costs the store's server a number of requests linear in the ranks", "[mp][startup][quick]") {
+  std::map<int, long long> served;
+  for (int ranks : {4, 16}) {
+    auto options = loopback();
+    options.tcp_store = true;
+    auto result = launch(ranks, HIERCOLL_MP_WORKER, {"store-requests"}, options);
+    INFO(ranks << " ranks\n" << result.report());
+    REQUIRE(result.all_ok());
+    served[ranks] = number_after(result.ranks[0].output, "STORE_REQUESTS ");
+    REQUIRE(served[ranks] > 0);
+  }
+  INFO("4 ranks: " << served[4] << " requests; 16 ranks: " << served[16]);
+  CHECK(served[16] <= 24 * 16);  // a quadratic exchange makes 2 x 16^2 = 512 reads alone
+  CHECK(static_cast<double>(served[16]) / static_cast<double>(served[4]) <= 6.0);  // linear: 4, quadratic: 16
+}
+
 // Start-up's steps are store calls (join the peer watch, publish node and address, wait for everyone's, read them,
 // the node's shared-memory name), then the init barrier. A rank killed before each of its calls, and inside the
 // barrier, must make every survivor raise TimeoutError or RemoteError naming it, within the timeout, with no thread,

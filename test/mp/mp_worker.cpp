@@ -959,6 +959,25 @@ void run_bucketer(Communicator& comm) {
   std::printf("bucketer: %zu buckets after rebuild\n", bucketer.buckets().size());
 }
 
+// What start-up costs the store's server: rank 0 serves the job's TcpStore (hiercoll_launch --tcp-store) and says
+// how many requests it answered for its communicator's creation and one allreduce, and how long its create took.
+int run_store_requests() {
+  hiercoll::Rendezvous job = hiercoll::rendezvous_from_env();
+  const auto start = std::chrono::steady_clock::now();
+  Communicator comm = Communicator::create(job.store, job.rank, job.size, hiercoll::CommOptions::from_env());
+  const double create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  float x = 1.0f;
+  comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
+  if (x != static_cast<float>(job.size)) {
+    std::printf("FAIL: allreduce gave %g, want %d\n", x, job.size);
+    return 1;
+  }
+  if (auto* tcp = dynamic_cast<hiercoll::TcpStore*>(job.store.get()); tcp != nullptr && job.rank == 0)
+    std::printf("STORE_REQUESTS %llu CREATE_MS %.1f\n", static_cast<unsigned long long>(tcp->requests_served()),
+                create_ms);
+  return 0;
+}
+
 // The open-file limit a communicator left this process with (test/limits/descriptors.sh).
 void print_limits(Communicator& comm) {
   rlimit limit{};
@@ -972,6 +991,7 @@ void print_limits(Communicator& comm) {
 int main(int argc, char** argv) {
   std::string scenario = argc > 1 ? argv[1] : "allreduce";
   try {
+    if (scenario == "store-requests") return run_store_requests();
     Communicator comm = Communicator::from_env();
     if (scenario == "allreduce") run_allreduce(comm, argc > 2 && std::string(argv[2]) == "--large");
     else if (scenario == "collectives") run_collectives(comm);

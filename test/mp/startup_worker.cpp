@@ -76,6 +76,13 @@ class DyingStore : public Store {
     step();
     inner_->wait(keys, timeout);
   }
+  // Start-up reads in slices until the key is there, as many as timing decides: only the read that returns is a
+  // step, as for check().
+  Bytes get_within(const std::string& key, std::chrono::milliseconds timeout) override {
+    Bytes value = inner_->get_within(key, timeout);
+    step();
+    return value;
+  }
   int calls() const { return calls_; }
   /// The call that read the peer watch's contact (0: none): the rank joins the watch right after it.
   int watch_read_at() const { return watch_read_at_; }

@@ -64,10 +64,27 @@ void exercise(std::function<std::shared_ptr<Store>()> make_client) {
   // A timed-out get does not poison the next request.
   CHECK(a->get_string("k") == "value");
 
+  // get_within: the value once it is set, a TimeoutError once the limit has passed, and the client still usable.
+  start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(b->get_within("absent", 150ms), TimeoutError);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(waited >= 140ms);
+  CHECK(waited < 3s);
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    a->set("soon", std::string("now"));
+  });
+  const Store::Bytes soon = b->get_within("soon", 5s);
+  later.join();
+  CHECK(std::string(soon.begin(), soon.end()) == "now");
+  CHECK(b->get_string("k") == "value");
+
   PrefixStore prefixed("p", a);
   prefixed.set("k", std::string("inner"));
   CHECK(b->get_string("p/k") == "inner");
   CHECK(b->get_string("k") == "value");
+  const Store::Bytes inner = prefixed.get_within("k", 1s);
+  CHECK(std::string(inner.begin(), inner.end()) == "inner");
 }
 }  // namespace
 
@@ -75,6 +92,18 @@ TEST_CASE("the TCP store keeps the store contract", "[store]") {
   auto server = std::make_shared<TcpStore>("127.0.0.1", 0, true, 10s);
   uint16_t port = server->port();
   exercise([port] { return std::make_shared<TcpStore>("127.0.0.1", port, false, 10s); });
+}
+
+// A timed read is one request however long it waits, and its expiry leaves the connection as it was: the server
+// counts exactly the requests made.
+TEST_CASE("a timed read of the TCP store is one request, answered either way", "[store]") {
+  TcpStore server("127.0.0.1", 0, true, 10s);
+  TcpStore client("127.0.0.1", server.port(), false, 10s);
+  const uint64_t before = server.requests_served();
+  CHECK_THROWS_AS(client.get_within("absent", 300ms), TimeoutError);
+  client.set("here", std::string("v"));
+  CHECK(client.get_within("here", 1s) == Store::Bytes{'v'});
+  CHECK(server.requests_served() - before == 3);
 }
 
 TEST_CASE("the file store keeps the store contract", "[store]") {
