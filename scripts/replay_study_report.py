@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import BUILD, write_section  # noqa: E402
+from benchlib import BUILD, kept_sections, write_section  # noqa: E402
 
 SIM = os.path.join(BUILD, "bench", "hiercoll_sim")
 
@@ -66,6 +66,16 @@ def validation(runs):
     return lines, worst
 
 
+def layout(run):
+    """A tables run's node layout: (ranks per node, NICs per node, sequences per rank)."""
+    return run["per_node"], run.get("rails", 1), run["batch"]
+
+
+def of_layout(runs, key):
+    """The tables runs of one layout, and every run of the other parts."""
+    return [r for r in runs if r.get("part") != "tables" or layout(r) == key]
+
+
 def medians(runs, part, config="base"):
     """{(network, nodes, backend, dilation): (median step s, median exposed comm s, runs)} of one model config"""
     groups = {}
@@ -100,7 +110,10 @@ def network_table(runs, net, config):
     per_node = any_run["per_node"]
     lines = [f"**{net}, ALBERT-{config}** ({NETWORKS[net]}): each emulated node's link {any_run['link_mbit']:g} Mbit/s = "
              f"{any_run['link_mbit'] * any_run['dilation'] / 1000:g} Gbit/s / D, compute x D, D = "
-             f"{any_run['dilation']:g}; {per_node} ranks per node; per rank {any_run['batch']} sequences of "
+             f"{any_run['dilation']:g}; {per_node} ranks per node"
+             + (f", {any_run['rails']} NICs per node of {any_run['link_mbit'] / any_run['rails']:g} Mbit/s each"
+                if any_run.get("rails", 1) > 1 else "") +
+             f"; per rank {any_run['batch']} sequences of "
              f"{any_run['seq_len']} tokens, {any_run['compute_s'] * 1e3:.1f} ms of compute per step "
              f"({any_run['profile']}); {any_run['gradient_mb']:.1f} MB of fp32 gradients. Times undilated.", "",
              "| nodes | backend | samples/s | step (ms) | exposed comm (ms) | scaling efficiency | over DDP on gloo | "
@@ -166,12 +179,14 @@ def where_gains_come_from(runs, nets):
                   "bucket ready only when backward is nearly done, so each backend's allreduce is almost entirely "
                   "exposed: the step is the compute plus the allreduce, and a backend gains exactly what its "
                   "allreduce saves.", ""]
-    for (config, net), (_, gains) in nets.items():
+    for (config, net, (per_node, rails, batch)), (_, gains) in nets.items():
+        shape = f"{per_node} ranks and {rails} NIC{'s' if rails > 1 else ''} per node, {batch} sequences per rank"
         for n in sorted({k[0] for k in gains}):
             parts = [f"{BACKEND_NAMES[b]} {pct(g)} over {'gloo' if base == 'gloo' else 'Open MPI'}"
                      for (nn, b, base), g in sorted(gains.items()) if nn == n]
             if parts:
-                lines.append(f"- {net}, ALBERT-{config}, {n} node{'s' if n > 1 else ''}: " + "; ".join(parts) + ".")
+                lines.append(f"- {net}, ALBERT-{config}, {shape}, {n} node{'s' if n > 1 else ''}: " +
+                             "; ".join(parts) + ".")
     if lines:
         lines.append("")
     return lines
@@ -255,13 +270,22 @@ def main():
     p.add_argument("results")
     p.add_argument("--markdown", help="write the report here")
     p.add_argument("--scaling", help="write the model check into this document's replay-check section")
+    p.add_argument("--section", help="write only the tables part's tables, between this section's markers of "
+                   "--markdown, and leave the rest of that document as it is")
     args = p.parse_args()
     runs = load(args.results)
+    layouts = sorted({layout(r) for r in runs if r.get("part") == "tables"})
+    if args.section:
+        write_tables_section(runs, layouts, args.markdown, args.section)
+        return
+    # The sections that compare with the seed and the model take one layout: the first (fewest ranks per node).
+    all_runs, runs = runs, of_layout(runs, layouts[0]) if layouts else runs
 
     val, worst = validation(runs)
     dil = dilation_table(runs)
     configs = sorted({r["config"] for r in runs if r.get("part") == "tables"}, key=lambda c: c != "base")
-    nets = {(config, net): network_table(runs, net, config) for config in configs for net in NETWORKS}
+    nets = {(config, net, key): network_table(of_layout(all_runs, key), net, config)
+            for config in configs for net in NETWORKS for key in layouts}
     out = ["# The seeds' experiment replayed: DDP at accelerator speed over emulated links", "",
            "Written by `scripts/replay-study` (about 70 minutes on this 2-core machine; the parts can run alone, "
            "see its header). Everything below comes from the run that wrote it.", ""]
@@ -286,9 +310,10 @@ def main():
                 "ALBERT-base on p4d, 2 nodes x 2 ranks; D = 200 (link 2 Gbit/s, compute x200) and D = 400 (1 Gbit/s, "
                 "x400). Medians of the runs listed.", ""]
         out += dil + [""]
-    for (config, net), (lines, gains) in nets.items():
+    for (config, net, key), (lines, gains) in nets.items():
         if lines:
-            out += [f"## {net}, ALBERT-{config}: throughput, scaling efficiency, speed-up", ""] + lines + [""]
+            out += [f"## {net}, ALBERT-{config}{layout_title(key, layouts)}: throughput, scaling efficiency, "
+                    "speed-up", ""] + lines + [""]
     bt = bytes_table(runs)
     if bt:
         out += ["## Where the differences come from", "",
@@ -298,6 +323,9 @@ def main():
         out += bt + [""]
     out += where_gains_come_from(runs, nets)
     out += seed_gap(runs)
+    if args.markdown:  # sections other runs wrote (SECTION=...: the seeds' node layout) stay
+        for section in kept_sections(args.markdown):
+            out += ["", section]
     text = "\n".join(out) + "\n"
     print(text)
     if args.markdown:
@@ -307,6 +335,32 @@ def main():
     if args.scaling and check:
         write_section(args.scaling, "replay-check", check)
         print(check)
+
+
+def layout_title(key, layouts):
+    """ ", 8 ranks x 4 NICs per node, 16 sequences per rank" where the results hold more than one layout."""
+    if len(layouts) < 2:
+        return ""
+    per_node, rails, batch = key
+    return f", {per_node} ranks x {rails} NIC{'s' if rails > 1 else ''} per node, {batch} sequences per rank"
+
+
+def write_tables_section(runs, layouts, path, section):
+    """The tables part alone, into one section of `path` (a run of some layouts beside a report of others)."""
+    out, nets = [], {}
+    configs = sorted({r["config"] for r in runs if r.get("part") == "tables"}, key=lambda c: c != "base")
+    for config in configs:
+        for net in NETWORKS:
+            for key in layouts:
+                lines, gains = network_table(of_layout(runs, key), net, config)
+                if lines:
+                    nets[(config, net, key)] = (lines, gains)
+                    out += [f"### {net}, ALBERT-{config}{layout_title(key, [None, None])}", ""] + lines + [""]
+    out += where_gains_come_from(runs, nets)
+    text = "\n".join(out)
+    print(text)
+    if path:
+        write_section(path, section, text)
 
 
 INTRO = [
