@@ -16,6 +16,7 @@
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
 #include "launch/rendezvous.hpp"
+#include "topo/net.hpp"
 
 namespace hiercoll {
 namespace {
@@ -63,7 +64,13 @@ int free_port(const std::string& address) {
 }
 
 // The address rank 0 publishes through PMIx: HIERCOLL_SOCKET_IFNAME's interface, else the first one up.
-std::string published_address() { return launch::reachable_address(base::Settings::from_env().socket_ifname); }
+// The address a rendezvous server rank 0 runs is published at: HIERCOLL_SOCKET_IFNAME's, else the one other hosts
+// most likely reach (topo::outward_address: the default route's interface; never loopback or a docker-style bridge,
+// which carry the same address on every host).
+std::string published_address() {
+  const std::string ifname = base::Settings::from_env().socket_ifname;
+  return ifname.empty() ? topo::outward_address() : launch::reachable_address(ifname);
+}
 
 // Under a PMIx server (mpirun, srun --mpi=pmix) with PMIx support built in.
 bool started_by_pmix() { return launch::pmix_built() && base::env_string("PMIX_NAMESPACE").has_value(); }

@@ -48,6 +48,47 @@ std::vector<NetInterface> net_interfaces() {
   return found;
 }
 
+std::string default_route_interface() {
+  std::FILE* routes = std::fopen("/proc/net/route", "r");
+  if (routes == nullptr) return {};
+  char line[512];
+  std::string found;
+  if (std::fgets(line, sizeof line, routes) != nullptr) {  // the header
+    while (found.empty() && std::fgets(line, sizeof line, routes) != nullptr) {
+      char name[64] = {0};
+      unsigned long destination = 1, gateway = 0, mask = 1;
+      unsigned flags = 0;
+      if (std::sscanf(line, "%63s %lx %lx %x %*d %*d %*d %lx", name, &destination, &gateway, &flags, &mask) == 5 &&
+          destination == 0 && mask == 0 && (flags & 0x1u) != 0) {  // RTF_UP
+        found = name;
+      }
+    }
+  }
+  std::fclose(routes);
+  return found;
+}
+
+bool host_only_interface(const std::string& name) {
+  for (const char* prefix : {"docker", "br-", "virbr", "veth", "cni", "flannel", "lxcbr", "lxdbr", "podman", "vmnet",
+                             "vboxnet", "tun", "tap", "kube-"}) {
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  }
+  return false;
+}
+
+std::string outward_address() {
+  const std::vector<NetInterface> interfaces = net_interfaces();
+  auto usable = [](const NetInterface& i) { return !i.ipv4.empty() && !i.loopback && !host_only_interface(i.name); };
+  const std::string routed = default_route_interface();
+  for (const NetInterface& i : interfaces) {
+    if (i.name == routed && usable(i)) return i.ipv4;
+  }
+  for (const NetInterface& i : interfaces) {
+    if (usable(i)) return i.ipv4;
+  }
+  return "127.0.0.1";
+}
+
 std::string interface_toward(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_INET;

@@ -20,6 +20,19 @@ std::vector<NetInterface> net_interfaces();
 /// route leads there.
 std::string interface_toward(const std::string& host);
 
+/// The interface holding the default route (/proc/net/route's first up 0.0.0.0/0 entry): where a multi-homed host's
+/// traffic to other hosts leaves. "" where there is none.
+std::string default_route_interface();
+
+/// Host-only bridges and virtual links that container and VM runtimes make (docker0, br-1a2b, virbr0, veth..., cni0,
+/// flannel.1, lxcbr0, podman0, ...): the same address on every host, never a way to another one.
+bool host_only_interface(const std::string& name);
+
+/// The IPv4 address other hosts most likely reach this one at, for a rendezvous server published before any peer
+/// is known: the default route's interface, else the first interface that is neither loopback nor host-only, else
+/// 127.0.0.1.
+std::string outward_address();
+
 /// This process's network: its host name and network namespace ("host/net:[4026531840]"). Ranks with the same
 /// identity share their interfaces and addresses; ranks with different ones are on different hosts, or in different
 /// namespaces of one (emulated nodes), and one address cannot belong to both.

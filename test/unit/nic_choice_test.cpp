@@ -1,5 +1,6 @@
 // The NIC choice (transport/fabric/nic_choice.hpp) on made-up hosts: which domain each local rank of a node opens.
 #include <catch2/catch.hpp>
+#include <cstdio>
 
 #include <set>
 
@@ -110,4 +111,36 @@ TEST_CASE("the route to a host: loopback for 127/8, an interface of this host fo
   }
   CHECK(hiercoll::topo::interface_toward("") == "");
   CHECK(hiercoll::topo::interface_toward("no-such-host.invalid") == "");
+}
+
+// The address a rendezvous server is published at before any peer is known: the default route's interface, as
+// iproute2 names it, never loopback or a docker-style bridge.
+TEST_CASE("the outward address is the default route's interface's, never loopback or a host-only bridge", "[nic]") {
+  std::string routed;  // iproute2's answer: "default via 10.0.0.1 dev eth0 ..."
+  if (std::FILE* out = popen("ip -4 route show default 2>/dev/null", "r")) {
+    char line[512];
+    if (std::fgets(line, sizeof line, out) != nullptr) {
+      const std::string text = line;
+      const auto dev = text.find(" dev ");
+      if (dev != std::string::npos) routed = text.substr(dev + 5, text.find_first_of(" \n", dev + 5) - dev - 5);
+    }
+    pclose(out);
+  }
+  CHECK(hiercoll::topo::default_route_interface() == routed);
+  const std::string address = hiercoll::topo::outward_address();
+  std::string owner;
+  for (const auto& i : hiercoll::topo::net_interfaces()) {
+    if (i.ipv4 == address && owner.empty()) owner = i.name;
+  }
+  INFO("outward address " << address << " on " << owner << ", default route via " << routed);
+  if (!routed.empty() && !hiercoll::topo::host_only_interface(routed)) {
+    CHECK(owner == routed);
+  } else if (address != "127.0.0.1") {
+    CHECK_FALSE(hiercoll::topo::host_only_interface(owner));
+    CHECK(owner != "lo");
+  }
+  CHECK(hiercoll::topo::host_only_interface("docker0"));
+  CHECK(hiercoll::topo::host_only_interface("br-1a2b3c"));
+  CHECK_FALSE(hiercoll::topo::host_only_interface("eth0"));
+  CHECK_FALSE(hiercoll::topo::host_only_interface("hcnic0"));
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "hiercoll/errors.hpp"
+#include "topo/net.hpp"
 
 namespace hiercoll::transport {
 namespace {
@@ -51,14 +52,6 @@ bool spec_selects(const std::string& spec, const std::string& name) {
   return exclude ? !listed : listed;
 }
 
-bool host_only_interface(const std::string& name) {
-  for (const char* prefix : {"docker", "br-", "virbr", "veth", "cni", "flannel", "lxcbr", "lxdbr", "podman", "vmnet",
-                             "vboxnet", "tun", "tap", "kube-"}) {
-    if (starts_with(name, prefix)) return true;
-  }
-  return false;
-}
-
 NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicRequest& request) {
   std::vector<NicCandidate> pool;
   std::string why;
@@ -82,7 +75,7 @@ NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicReque
     }
   } else {
     for (const auto& c : candidates) {
-      if (!c.loopback && !host_only_interface(c.domain)) pool.push_back(c);
+      if (!c.loopback && !topo::host_only_interface(c.domain)) pool.push_back(c);
     }
     if (pool.empty()) {
       throw InvalidUsageError("no NIC reaches the other nodes: the provider offers only " + list(candidates) +

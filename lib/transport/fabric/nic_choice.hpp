@@ -47,8 +47,4 @@ NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicReque
 /// NCCL's interface-list match: `spec` as in NicRequest::spec, true when `name` is selected by it.
 bool spec_selects(const std::string& spec, const std::string& name);
 
-/// Host-only bridges and virtual links that container and VM runtimes make (docker0, br-1a2b, virbr0, veth..., cni0,
-/// flannel.1, lxcbr0, podman0, ...): the same address on every host, never a way to another one.
-bool host_only_interface(const std::string& name);
-
 }  // namespace hiercoll::transport
