@@ -48,8 +48,8 @@ class CompletionThread;
 /// Who completes it: the calling thread where it can (the operations finished before the call returned, or a
 /// thread is in wait() when they finish: it waits on hiercoll's own completion and settles the call itself), the
 /// CompletionThread otherwise (async calls nobody waits for yet, coalesced calls). Handing a finished call to
-/// another thread and back cost 40-100 us per blocking call on 2 cores (issue 32); a blocking call now crosses
-/// one thread at most, the progress thread's.
+/// another thread and back cost tens of microseconds per blocking call where ranks share cores; a blocking call
+/// now crosses one thread at most, the progress thread's.
 class WorkHiercoll : public c10d::Work {
  public:
   WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors = {});

@@ -76,8 +76,8 @@ namespace {
 void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                       size_t count, DataType type, ReduceOp op, InterNode inter) {
   // Latency-bound sizes across nodes: one message per node pair instead of one per rail. Every rail would carry
-  // a few bytes, and each message costs its receiver a wake-up where ranks share cores (2 nodes x 2 ranks on 2
-  // cores, 8 B: 47-66 us through the rails, 22 us for one rank per node). So local rank 0 alone crosses the network:
+  // a few bytes, and each message costs its receiver a wake-up where ranks share cores (through every rail, more
+  // than twice the time of one rank per node). So local rank 0 alone crosses the network:
   //   (1) every local rank stages its input (in its flag line, or its area) and signals; local rank 0 waits for
   //       all and reduces them in local-rank order into `out` (the others read nothing, so they do not wait);
   //   (2) local rank 0 allreduces `out` over its rail with the other nodes' local rank 0;

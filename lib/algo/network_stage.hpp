@@ -7,8 +7,8 @@
 //  - HelperStage (host memory): the issuing thread is the progress thread and each queue step has run when it
 //    returns; jobs run one at a time on the helper thread, and take_back() blocks until the piece's job is done.
 //  - InlineStage (host memory, one piece): nothing to overlap the network phase with, so the issuing thread runs
-//    each job as it is handed over, without two thread hand-offs (each a wake-up: 2 nodes x 2 ranks on 2 cores,
-//    8 B allreduce 128 us through the helper thread).
+//    each job as it is handed over, without two thread hand-offs (each a wake-up, which dominates a small
+//    allreduce where ranks share cores).
 //  - DeferredStage (device memory): the issuing thread is the caller's, and queue steps only enqueue. Jobs are
 //    kept for the operation's host half, which the progress thread runs later; the queue's work tells the host a
 //    piece is ready, and waits for it to come back, through two HostFlags. So every CUDA call of an operation

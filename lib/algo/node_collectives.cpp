@@ -53,8 +53,8 @@ enum NodeOp : uint64_t {
 
 // Whether an allgather or a broadcast moving `bytes` per rank reads the peers' buffers directly (direct_round).
 // For a broadcast that trades the staged rounds' eager send (the root copying in while the others copy out) for
-// one copy: on this VM 2 ranks, 16 MB took 1234-1392 us direct against 2350-2386 staged when its two cores shared
-// no cache (as separate cores do), but 1410-1600 against 644 when they did (docs/tuning.md).
+// one copy: faster when the ranks' cores share no cache (as separate cores do), slower when they share one, which
+// is why it has its own threshold (HIERCOLL_CMA_BYTES; figures in docs/tuning.md).
 bool direct_reads(const NodeMemory& m, size_t bytes) {
   return m.direct_bytes != 0 && bytes >= m.direct_bytes && m.queue->kind() == device::MemoryKind::kHost &&
          m.peers->direct_token() != 0;
@@ -207,9 +207,9 @@ namespace {
 // the root's ring, with generation b; the others wait for it, copy it out and count it read (ring_read). The root
 // waits for no one unless it would overwrite an entry someone has not read yet, the one of broadcast b - K or
 // earlier, so it may run up to K broadcasts ahead of the slowest rank. In the rounds (below) it runs at most one
-// ahead, and every call moves the root's flag line to the others and theirs back (2 ranks, 8 B back to back:
-// 0.22-0.33 us a call, Open MPI 0.10-0.21; 4 ranks on 2 cores: 4-5 us, where every call needs every rank to have
-// run). It touches no slot: the rounds' rotation goes on as if it had not happened.
+// ahead, and every call moves the root's flag line to the others and theirs back, which costs most where ranks
+// outnumber cores and every call needs every rank to have run. It touches no slot: the rounds' rotation goes on as
+// if it had not happened.
 void broadcast_ring(NodeMemory& m, const device::WaitContext& wait, const void* in, void* out, size_t bytes, int root,
                     uint64_t signature) {
   transport::PeerMemory& peers = *m.peers;
@@ -225,8 +225,7 @@ void broadcast_ring(NodeMemory& m, const device::WaitContext& wait, const void* 
   if (me == root) {
     if (b > lines && m.ring_all_read < b - lines) {  // the entry held broadcast b - K or earlier: read by all?
       // A root faster than its readers fills the ring; it then waits for half of it to be free, not one entry, so
-      // it waits once every K/2 calls instead of at every one, each time for a flag that has just moved (2 ranks,
-      // 8 B: 0.4-0.6 us a call waiting for one entry).
+      // it waits once every K/2 calls instead of at every one, each time for a flag that has just moved.
       for (int k = 0; k < L; ++k) m.flags[k] = peers.ring_read(k);
       queue.wait(m.flags.data(), L, b - lines / 2, 0, wait);
       uint64_t fewest = b;
@@ -262,17 +261,17 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
       node_signature(kNodeBroadcast, bytes, DataType::kUInt8, ReduceOp::kSum) ^ (static_cast<uint64_t>(root) << 58);
   const device::WaitContext wait = issue.wait("intra-node broadcast");
   // Not a lock-step round: only the root's data matters, so the root does not wait for the others to arrive, and
-  // returns once its data is staged, as an MPI root does once its eager send is posted (2 ranks, 8 B, back to back:
-  // 0.43 us a call in lock step). What it must wait for is the slot: round g overwrites what round g-3 left there,
+  // returns once its data is staged, as an MPI root does once its eager send is posted. What it must wait for is
+  // the slot: round g overwrites what round g-3 left there,
   // and a rank that has signalled round g-1 is done reading rounds up to g-3, whichever schedule they belonged to
   // (allreduce_hier's allgather of a piece runs after the reduce-scatter of the next one signals). So before
   // staging round g the root waits for every flag of round g-1 (any signature: that round may have been another
   // operation's); the others signal round g, then wait for the root's, checking its signature.
   // Up to a ring entry's size, where the peer memory has rings, a broadcast goes through the root's ring instead:
   // its root runs ahead rather than in lock step with the others through the rounds below, where every call needs
-  // every rank to have run (medians of 7 alternated runs, ring against rounds: 2 ranks, 512 B 0.43 against 0.49
-  // us, 4 KB 0.88 against 1.13; 4 ranks on 2 cores, 512 B 1.24 against 3.81, 4 KB 1.69 against 4.45). Without
-  // rings, a few bytes ride in the root's flag line of the round (as in allreduce_one_shot).
+  // every rank to have run (faster at every size up to an entry, most where ranks outnumber cores: commit
+  // history, `git log -S broadcast_ring`). Without rings, a few bytes ride in the root's flag line of the round (as
+  // in allreduce_one_shot).
   const bool tiny = bytes <= peers.flag_payload_bytes();
   if (peers.ring_lines() > 0 && bytes <= std::max(peers.flag_payload_bytes(), peers.ring_entry_bytes())) {
     return broadcast_ring(m, wait, in, out, bytes, root, signature);
@@ -280,9 +279,9 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   if (direct_reads(m, bytes)) {
     // Single copies, and every core moving data: each other rank reads the root's buffer into its own but for the
     // last `pushed` bytes, which the root writes into every other rank's buffer meanwhile. So each of the L ranks
-    // copies (L-1)/L of the data, not the others all of it while the root waits (2 ranks, 16 MB: MPICH and Intel
-    // MPI, whose ranks both copy, took 326-350 us against hiercoll's 913-1050 reading alone, 11-27). The root
-    // publishes its input, the others their output; the root's share is a whole number of pages.
+    // copies (L-1)/L of the data, not the others all of it while the root waits, as MPICH's and Intel MPI's ranks
+    // both copy. The root publishes its input, the others their output; the root's share is a whole number of
+    // pages.
     const uint64_t direct = node_signature(kNodeBroadcastDirect, bytes, DataType::kUInt8, ReduceOp::kSum) ^
                             (static_cast<uint64_t>(root) << 58);
     constexpr size_t kPage = 4096;

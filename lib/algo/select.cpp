@@ -109,11 +109,8 @@ namespace {
 
 // The sharded servers must beat the others by 10% in the model to be chosen: the alpha-beta model does not price
 // what they do differently, n-1 messages per step where the others send one, and a step that ends with the slowest
-// of n-1 flows sharing a link. Measured on the emulated cluster (docs/benchmarks.md, 500 Mbit/s and 250 µs links):
-// they won at 64-256 KB, where the model gives them 10% or more (0.28-0.97 of the rail rings' time on 2 x 2 and
-// 3 x 2 nodes, 0.78 of the flat ring's on 4 x 1 at 256 KB), and lost 4-19% from 1 MB up, where the model calls it
-// a tie; on 4 x 1 nodes at 512 B - 4 KB (1 Gbit/s, no delay), another tie in the model, they took 400-480 µs
-// against recursive doubling's 200-270 µs.
+// of n-1 flows sharing a link. On the emulated cluster they won where the model gives them 10% or more and lost
+// where it calls a tie (figures: `git log -S kShardedMargin`).
 constexpr double kShardedMargin = 1.1;
 
 }  // namespace

@@ -26,9 +26,8 @@ struct LinkFigures {
 };
 
 /// HIERCOLL_SHM_PIECE_BYTES's defaults: the hierarchical allreduce's piece across nodes, where it is also the network
-/// pipeline's unit (0.95 of the link with 2 MB, docs/benchmarks.md), and on one node, where a piece is all
-/// intra-node work and one that stays in a core's L2 with its input and output costs less (2 ranks on 2 cores, 4 MB
-/// allreduce: 200 us with 512 KB pieces, 239 with 2 MB).
+/// pipeline's unit, and on one node, where a piece is all intra-node work and one that stays in
+/// a core's L2 with its input and output costs less (figures: `git log -S kOneNodePieceBytes`).
 inline constexpr size_t kPieceBytes = 2 << 20;
 inline constexpr size_t kOneNodePieceBytes = 512 << 10;
 

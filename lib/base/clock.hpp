@@ -1,8 +1,8 @@
 #pragma once
 // coarse_now(): the steady clock as of its last tick. Per-call bookkeeping of a small collective (its deadline,
-// the flight recorder's times) needs milliseconds, not nanoseconds, and a precise read is a vDSO call of about
-// 25 ns on this kind of VM against 5 for this one (a timing loop of 5 M reads, 2026-11-25): two of them were a
-// fifth of a 2-rank 8 B allreduce on one node.
+// the flight recorder's times) needs milliseconds, not nanoseconds, and a precise read is a vDSO call several
+// times as long as a coarse one on some VMs: two of them were a fifth of a 2-rank 8 B allreduce on one node
+// (figures: `git log -S coarse_now -- lib/base/clock.hpp`).
 #include <chrono>
 #include <ctime>
 

@@ -2,15 +2,15 @@
 // AdaptiveSpin: how long a waiting thread spins before it sleeps in the kernel, from how long its recent waits took.
 // Spinning pays when the awaited event is microseconds away (a peer on the same node, a small message's reply), and
 // only burns a core when it is not: a rank waiting for a late peer, or for the chunks of a large message on a slow
-// link (each chunk about 0.5 ms at 1 Gbit/s: a 50 us spin per chunk cost 0.05 CPU-seconds per second, issue 32).
+// link (a spin per chunk there costs CPU-seconds per second of waiting: docs/benchmarks.md, "What waiting costs").
 // So a thread spins its full budget while its waits have lately been short, and not at all once they have been long.
 // One per waiting site and thread (thread_local): the progress thread's waits and a caller's are not alike.
 //
 // A site may let the spin stretch, up to twice its typical wait, to at most `longest`. Two ranks that wait on each
 // other in turn and both sleep stay asleep: each signal must wake its peer, which takes the kernel (on a VM's idle
-// vCPU) 25 us and more, so every wait lasts that long and a 20 us spin never catches one. Measured on 2 ranks on 2
-// cores, a 128 KB allreduce stuck so for the first 10-30 ms after start-up: 58 us a call against 6.6. A spin longer
-// than the typical wait lets the next signal find its waiter awake.
+// vCPU) tens of microseconds, so every wait lasts that long and a spin shorter than that never catches one (a
+// 128 KB allreduce between 2 ranks on 2 cores ran several times slower so after start-up). A spin longer than the
+// typical wait lets the next signal find its waiter awake.
 #include <algorithm>
 #include <chrono>
 

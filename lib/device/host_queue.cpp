@@ -67,18 +67,17 @@ void check_limits(const WaitContext& context, std::chrono::steady_clock::time_po
 
 // Until flag word 0 reaches `generation`, the context's deadline or abort: spins briefly, then sleeps in the
 // kernel until a signal wakes it. `local_rank` names whom a timeout waited for.
-// The spin polls without system calls for its first base::kPollOnly, which notices a signal about half a microsecond
-// sooner than a poll between sched_yield calls does (2 ranks on 2 cores, 8 B allreduce: 0.3 against 0.5 us); then
-// each poll yields the core. Without those yields, two ranks the scheduler put on one core (a wake-up pulls the
-// wakee to the waker's core) took a whole spin each to pass the core over: 2 ranks on 2 cores, 256 KB allreduce 250-400
-// us a call for the first tens of milliseconds in 6 runs of 10, against 12. `yield_at_once` (the node's ranks
-// outnumber its cores, so peers surely share them): every poll yields.
+// The spin polls without system calls for its first base::kPollOnly, which notices a signal sooner than a poll
+// between sched_yield calls does; then each poll yields the core. Without those yields, two ranks the scheduler put
+// on one core (a wake-up pulls the wakee to the waker's core) took a whole spin each to pass the core over, for the
+// first tens of milliseconds of a job. `yield_at_once` (the node's ranks outnumber its cores, so peers surely share
+// them): every poll yields.
 void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, int local_rank, bool yield_at_once) {
   auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
   if (reached()) return;
   if (!yield_at_once) {
     // Most waits of a small operation end within a few polls: those read no clock (the two reads are a sixth of an
-    // 8 B allreduce's 0.3 us) and count as short ones for the spin's adaptation.
+    // 8 B allreduce) and count as short ones for the spin's adaptation.
     for (unsigned i = 0; i < kPollsPerCheck; ++i) {
       base::cpu_relax();
       if (reached()) return flag_spin.record(std::chrono::nanoseconds(0));
@@ -157,8 +156,8 @@ void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {
 
 void HostQueue::signal(uint64_t* flag, uint64_t generation, uint64_t signature) {
   // No fence between the store and the load (see kWakeGrace): a sequentially consistent store waits for the line
-  // to come from the core that polls it, and the signalling rank would stall there at every call (2 ranks, 8 B
-  // allreduce: 0.42 -> 0.36 us without it, medians of 11 alternated runs).
+  // to come from the core that polls it, and the signalling rank would stall there at every call (a seventh of a
+  // 2-rank 8 B allreduce).
   flag_word(flag, 1).store(signature, std::memory_order_relaxed);
   flag_word(flag, 0).store(generation, std::memory_order_release);
   if (sleepers(flag).load(std::memory_order_relaxed) != 0) futex_wake(flag);

@@ -30,7 +30,7 @@ struct Buffers {
 
 // The device the buffers live on, or -1 for host memory. Mixed kinds or devices are refused.
 int device_of(const char* op, const Buffers& b) {
-  // In place, one pointer query (0.15 us on an H100, a tenth of what NCCL's whole in-place call costs alone).
+  // In place, one pointer query (a small share of even NCCL's whole in-place call: docs/gpu.md).
   const Location in = b.in_bytes ? locate(b.in) : Location{};
   const Location out = !b.out_bytes ? Location{} : (b.in_bytes && b.out == b.in) ? in : locate(b.out);
   if (b.in_bytes && b.out_bytes && (in.kind != out.kind || in.device != out.device)) {
@@ -83,8 +83,8 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
   }
   if (impl.size() == 1) {
     // HIERCOLL_CALLER_THREAD=0 (otherwise collective() ran it on the caller's stream): alone, every collective is
-    // its input copied to its output, on the internal stream, not a trip through host memory (23.7 us for 8 B and
-    // 2.1 ms for 16 MB staged on an H100, where NCCL takes 8 us). In place there is nothing to move; the operation
+    // its input copied to its output, on the internal stream, not a trip through host memory (several times
+    // NCCL's cost when staged: docs/gpu.md). In place there is nothing to move; the operation
     // is only its end (signalled on the device after the caller's stream, so that is_completed() still means the
     // caller's earlier work is done).
     device_issue = [buffers](const algo::Issue&, DevicePath& path) -> algo::NetworkStage::Job {
@@ -204,8 +204,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   if (!settings_.caller_thread || settings_.check_collectives || !take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
   // the collective as data and names it only if it is read. Naming every call and three precise clock reads were
-  // a quarter of a 2-rank 8 B allreduce here: 0.33 us with them, 0.25 with one precise read and no naming, 0.19-0.23
-  // with coarse reads and the selector's memory too (medians of 7 alternated runs).
+  // about a quarter of a 2-rank 8 B allreduce (figures: `git log -S coarse_now -- lib/engine/collective.cpp`).
   const auto now = base::coarse_now();
   const bool one_shot = c.kind == algo::Kind::kAllreduce &&
                         algo::one_shot_allreduce(hierarchy_, host_memory_, c.count * dtype_size(c.type));
@@ -294,8 +293,8 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const algo::Algorithm algorithm = selector_->choose(c.kind, bytes, device >= 0);
   if (device >= 0 && size_ == 1 && settings_.caller_thread) {
     // Alone, every collective is its input copied to its output (kAvg divides by one), on the caller's stream as
-    // NCCL does it: in place nothing at all (an 8-byte allreduce cost 7.7 us of host time through the internal
-    // stream and the progress thread, where NCCL's costs 0.2).
+    // NCCL does it: in place nothing at all (through the internal stream and the progress thread a small
+    // allreduce cost many times NCCL's host time: docs/gpu.md).
     return enqueue_device_alone(name_of(c, algorithm, true), device, c.options.stream, buffers.out, buffers.in,
                                 std::min(buffers.in_bytes, buffers.out_bytes));
   }

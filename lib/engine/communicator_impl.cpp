@@ -376,11 +376,9 @@ std::vector<Store::Bytes> CommunicatorImpl::gather_through_store(Store& store, c
 void CommunicatorImpl::fit_chunks_to_provider() {
   // Over RxM a message above the eager size waits for a handshake whose control messages share one TCP connection
   // with the bulk data flowing the other way, so a pair exchanging both ways (a 2-node ring, the rails of the
-  // hierarchical allreduce, the sharded servers) gets about half the link. Measured on the emulated cluster
-  // (1 Gbit/s links, 64 MB float32 sum): 2 x 1 ring 1123 ms with 1 MB messages, 565 ms with 16 KB (bidirectional
-  // TCP carries 120 MB/s each way); 4 x 1 sharded servers 0.106 / 0.073 -> 0.118 / 0.117 GB/s busbw (out of place /
-  // in place). On one node no link is shared and large messages cost less CPU (loopback ring 1.7 vs 0.75 GB/s), so
-  // only between nodes, and never over a user's HIERCOLL_CHUNK_BYTES. The bytes in flight stay as they were.
+  // hierarchical allreduce, the sharded servers) gets about half the link (figures: `git log -S
+  // fit_chunks_to_provider`). On one node no link is shared and large messages cost less CPU, so only between
+  // nodes, and never over a user's HIERCOLL_CHUNK_BYTES. The bytes in flight stay as they were.
   const size_t eager = endpoint_->eager_bytes();
   if (eager == 0 || layout_.node_count < 2 || settings_.chunk_from_env || eager >= algo_config_.chunk_bytes) return;
   const size_t in_flight = algo_config_.chunk_bytes * static_cast<size_t>(algo_config_.slots);
@@ -391,8 +389,8 @@ void CommunicatorImpl::fit_chunks_to_provider() {
 void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance) {
   host_memory_.queue = &host_queue_;
   // A rank waiting on a node flag spins before it sleeps. Where the node's ranks outnumber the cores they share, its
-  // first polls without yielding hold the core the awaited peer needs: 4 ranks on 2 cores, 8 B allreduce 17.6 us
-  // against 4.0 yielding from the first poll. Where each rank has a core, yields only delay noticing the flag.
+  // first polls without yielding hold the core the awaited peer needs (a small allreduce several times slower
+  // than yielding from the first poll). Where each rank has a core, yields only delay noticing the flag.
   const int cpus = topo::cpus_for_local_ranks();
   const bool yield = settings_.spin_yield == "auto" ? layout_.local_size > cpus : settings_.spin_yield == "1";
   host_queue_.set_yield(yield);
@@ -551,8 +549,8 @@ Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescri
     body(channel);
   };
   // Alone, a collective is at most a copy: the caller's thread does it rather than hand it to the progress thread
-  // and wait for it to come back (1 rank, 8 B: 6.5 us a call through the progress thread; dist.all_reduce 114 us,
-  // where a size-1 group is common: a DeviceMesh dimension of 1).
+  // and wait for it to come back, two thread hand-offs for nothing (a size-1 group is common: a DeviceMesh
+  // dimension of 1).
   if (size_ == 1) {
     if (std::optional<Work> done = run_here(op)) return *std::move(done);
   }
@@ -841,9 +839,9 @@ void CommunicatorImpl::progress_loop() {
     }
     std::optional<base::Failure> failure = run_op(op);
     // Nothing else to do: the turn goes back to callers before the Work finishes. Finished first, its caller
-    // woke, called again, found the turn still busy and queued the next operation here too, and so on for good:
-    // 2 ranks, 8 B allreduce, about 1 run in 6 stayed on this thread from its first calls, at 0.7-1.1 us a call
-    // against 0.15. Once the turn is given back this thread touches neither the endpoint nor p2p_.
+    // woke, called again, found the turn still busy and queued the next operation here too, and so on for good,
+    // every small call paying two hand-offs. Once the turn is given back this thread touches neither the endpoint
+    // nor p2p_.
     bool gave_turn = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -44,8 +44,8 @@ class FlightRecorder {
 
   /// queued() and started() at once, at `now`, for a collective its caller runs itself while it holds the caller's
   /// turn (CommunicatorImpl::run_here); then its end. These two are most of a small collective's bookkeeping, so
-  /// they take no lock: the two mutex round trips they took before cost 0.025 us a call, a sixth of a 2-rank 8 B
-  /// allreduce (perf). Hence their one rule: one thread at a time calls them (the turn orders its holders), while
+  /// they take no lock: the two mutex round trips they took before were a sixth of a 2-rank 8 B allreduce
+  /// (perf). Hence their one rule: one thread at a time calls them (the turn orders its holders), while
   /// any thread may read the record. The collective is kept as data and named only when the record is read. Coarse
   /// times (base::coarse_now: milliseconds) are enough for both ends.
   uint64_t started_here(const CollectiveName& name, Clock::time_point now);

@@ -78,7 +78,8 @@ CudaQueue::~CudaQueue() {
 namespace {
 
 // Copies up to this size between device buffers are kernels: a launch costs the host less than cudaMemcpyAsync
-// (3.9 against 5.6 us on an H100), and small collectives are made of such calls. Larger ones go to the copy engines.
+// (bench/cuda/call_cost.cpp, docs/gpu.md), and small collectives are made of such calls. Larger ones go to the
+// copy engines.
 constexpr size_t kKernelCopyBytes = 256 << 10;
 
 bool on_device(const void* pointer) {
@@ -102,8 +103,8 @@ void device_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) 
 
 void CudaQueue::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
-  // Device memory only (0.14 us a query): pinned host memory stays with the copy engines, whose writes the
-  // hand-off flags were designed around.
+  // Device memory only (a pointer query each, cheap: docs/gpu.md): pinned host memory stays with the copy engines,
+  // whose writes the hand-off flags were designed around.
   if (bytes <= kKernelCopyBytes && on_device(dst) && on_device(src)) {
     device_copy(dst, src, bytes, stream_);
     return;

@@ -141,9 +141,8 @@ __device__ __forceinline__ typename Arith<T>::type combine_wide(typename Arith<T
 // Up to kFixedSources sources, the count a template parameter: the pointers are loaded into registers once, and
 // each thread's loads of one iteration (one 16-byte vector of every source) are all issued before any is used.
 // The first version took the count at run time and indexed the parameter array with it, which put the array in
-// local memory (a 128-byte stack frame) and cost a local load per source per vector: 2, 4 and 8 sources ran at
-// 0.72, 0.82 and 0.89 of a device copy on an H100, this one at 0.99, 1.02 and 1.02 (both measured in one device
-// call, 256 MiB, fp32 and bf16 alike; docs/gpu.md).
+// local memory (a 128-byte stack frame) and cost a local load per source per vector, well short of a device
+// copy's speed where this one reaches it (docs/gpu.md).
 constexpr int kFixedSources = 8;
 
 template <class T, ReduceOp Op, int N>

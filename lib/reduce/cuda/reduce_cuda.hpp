@@ -20,7 +20,7 @@ inline constexpr int kMaxSources = 16;
 void reduce_many(void* dst, const void* const* sources, int source_count, size_t count, DataType type, ReduceOp op,
                  cudaStream_t stream);
 /// dst = src, `bytes` of device memory, as a kernel: for small copies a launch costs the host less than
-/// cudaMemcpyAsync (3.9 against 5.6 us per call on an H100, bench/cuda/call_cost.cpp).
+/// cudaMemcpyAsync (bench/cuda/call_cost.cpp; docs/gpu.md).
 void copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 /// buffer[i] /= divisor (floating types only).
 void divide(void* buffer, size_t count, DataType type, int divisor, cudaStream_t stream);
