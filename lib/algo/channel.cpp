@@ -117,7 +117,7 @@ void wait_request(transport::Endpoint& endpoint, const RequestPtr& request, int 
     if (now >= spin_until) {
       // Asleep until data comes, the deadline passes, or the communicator halts (halt() wakes the endpoint, and the
       // abort test above then sees the flag). Short slices cost CPU in wake-ups alone while a peer is late (the
-      // wait budget, docs/benchmarks.md, "What waiting costs"); 50 ms slices bound what a lost wake-up could cost.
+      // wait budget, docs/benchmarks.md, "What waiting costs"); kLongestSleep bounds what a lost wake-up could cost.
       endpoint.progress(std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(kLongestSleep, deadline - now)));
       continue;

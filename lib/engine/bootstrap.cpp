@@ -63,7 +63,6 @@ int free_port(const std::string& address) {
   return ntohs(sa.sin_port);
 }
 
-// The address rank 0 publishes through PMIx: HIERCOLL_SOCKET_IFNAME's interface, else the first one up.
 // The address a rendezvous server rank 0 runs is published at: HIERCOLL_SOCKET_IFNAME's, else the one other hosts
 // most likely reach (topo::outward_address: the default route's interface; never loopback or a docker-style bridge,
 // which carry the same address on every host).

@@ -295,8 +295,10 @@ void CommunicatorImpl::fail_if_halted(Store& store, const std::vector<std::strin
 Store::Bytes CommunicatorImpl::get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
                                            const std::function<std::string()>& missing,
                                            const std::function<void()>& on_slow) {
-  // Without the peer watch nothing can end the wait early: one read, held by the server, for all of the time left.
-  auto slice = watch_ ? std::chrono::milliseconds(50) : options_.timeout;
+  // Slices only so that a death the peer watch reports ends the wait between them; without the watch nothing can
+  // end it early: one read, held by the server, for all of the time left.
+  constexpr std::chrono::milliseconds kFirstSlice{50}, kLongestSlice{1000};
+  auto slice = watch_ ? kFirstSlice : options_.timeout;
   for (int attempt = 0;; ++attempt) {
     fail_if_halted(store, {key}, missing);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - algo::Clock::now());
@@ -306,7 +308,7 @@ Store::Bytes CommunicatorImpl::get_waiting(Store& store, const std::string& key,
       return store.get_within(key, std::min(slice, left));
     } catch (const TimeoutError&) {
     }
-    slice = std::min(slice * 2, std::chrono::milliseconds(1000));
+    slice = std::min(slice * 2, kLongestSlice);
   }
   fail_if_halted(store, {key}, missing);
   throw TimeoutError("Communicator::create: " + missing() + " within " + std::to_string(options_.timeout.count()) +

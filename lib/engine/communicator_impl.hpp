@@ -118,9 +118,9 @@ class CommunicatorImpl {
   /// Every rank's `mine`, in rank order, in O(N) requests to the store's server and two waits per rank (see the
   /// definition). Keys "<name>/<rank>", "<name>/all" and, while rank 0 waits for a late rank, "<name>/waiting".
   std::vector<Store::Bytes> gather_through_store(Store& store, const std::string& name, const Store::Bytes& mine);
-  /// `key`'s value, read with Store::get_within in slices (50 ms doubling to 1 s) until `deadline`, giving up
-  /// between slices when the peer watch has reported a lost rank (fail_if_halted); `on_slow` runs once, when a
-  /// first slice found nothing. The TimeoutError says what `missing()` returns, then how long it waited.
+  /// `key`'s value, read with Store::get_within in slices (kFirstSlice doubling to kLongestSlice) until `deadline`,
+  /// giving up between slices when the peer watch has reported a lost rank (fail_if_halted); `on_slow` runs once,
+  /// when a first slice found nothing. The TimeoutError says what `missing()` returns, then how long it waited.
   Store::Bytes get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
                            const std::function<std::string()>& missing, const std::function<void()>& on_slow = {});
   /// Throws the failure the peer watch reported, if any; a rank that gave up most likely timed out waiting for
