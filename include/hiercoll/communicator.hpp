@@ -63,7 +63,11 @@ struct HIERCOLL_API CommOptions {
   /// Distinguishes communicators sharing one store. Every rank must pass the same name.
   std::string name = "world";
   /// libfabric provider ("tcp", "shm", "efa", ...); empty: HIERCOLL_FABRIC_PROVIDER, else efa if present, else tcp.
+  /// "memory" is hiercoll's own in-process fabric: every rank a thread of this process (tests, emulated scale).
   std::string provider;
+  /// The node this rank runs on: ranks naming the same node share memory and make up the hierarchy's first level.
+  /// Empty: HIERCOLL_NODE_ID, else the host name. Ranks of one node must be on one host.
+  std::string node;
 
   /// The options the environment gives (HIERCOLL_TIMEOUT_MS, HIERCOLL_FABRIC_PROVIDER), for callers that show or
   /// adjust them; a communicator made with default options ends up with the same.

@@ -18,6 +18,7 @@
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
 #include "topo/net.hpp"
+#include "transport/memory/memory_fabric.hpp"
 
 namespace hiercoll::engine {
 
@@ -36,13 +37,13 @@ uint16_t context_of(const std::string& name) {
   return static_cast<uint16_t>(hash ^ (hash >> 16));
 }
 
-// Communicators made with the same name on one store get distinct key spaces: every rank makes them in
-// the same order, so the k-th communicator named N uses prefix "N#k" everywhere.
-std::string next_instance_name(const std::string& name) {
-  static std::mutex mutex;
-  static std::map<std::string, int> made;
-  std::lock_guard<std::mutex> lock(mutex);
-  return name + "#" + std::to_string(made[name]++);
+// Communicators made with the same name on one store get distinct key spaces: every rank makes them in the same
+// order, so the k-th communicator named N that a rank makes on a store uses prefix "N#k". The count is kept in the
+// store, per rank, rather than in the process: ranks may be threads of one process, and a process may make
+// communicators on several stores.
+std::string next_instance_name(Store& store, const std::string& name, int rank) {
+  const int64_t made = store.add("hiercoll/made/" + name + "/" + std::to_string(rank), 1);
+  return name + "#" + std::to_string(made - 1);
 }
 
 // A published address travels with the identity of the network it was made in (host name and network namespace),
@@ -110,7 +111,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   cost_model_ = algo::CostModel::from(settings_);
 
   for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
-  instance_ = next_instance_name(options_.name);
+  instance_ = next_instance_name(*store, options_.name, rank);
   const std::string& instance = instance_;
   context_ = context_of(instance);
   store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
@@ -176,7 +177,7 @@ void CommunicatorImpl::measure_link() {
 
 void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   // The node identity is published first: once a rank's address is there, so is its node.
-  std::string node_id = settings_.node_id;
+  std::string node_id = options_.node.empty() ? settings_.node_id : options_.node;
   if (node_id.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -236,7 +237,7 @@ void CommunicatorImpl::open_endpoint() {
   fabric.force_mr = settings_.fabric_force_mr;
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
-  endpoint_ = transport::open_fabric_endpoint(fabric);
+  endpoint_ = fabric.provider == "memory" ? transport::open_memory_endpoint() : transport::open_fabric_endpoint(fabric);
   scratch_.pin_with(endpoint_.get());
   endpoint_open_.store(true, std::memory_order_release);
 }

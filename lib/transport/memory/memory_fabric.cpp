@@ -1,11 +1,14 @@
 #include "transport/memory/memory_fabric.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <list>
 #include <mutex>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "hiercoll/errors.hpp"
@@ -58,92 +61,176 @@ void receive_into(MemoryRequest& recv, const Message& message) {
   complete(recv, message.data.size());
 }
 
+// Posted receives and unexpected messages, kept per source so that matching costs what one peer has pending, not
+// what the whole world has: an alltoall posts a receive from every rank at once. The rule is the contract's: a message
+// goes to the first posted receive that matches it, a receive takes the first arrived message that matches it.
+// Receives from any source and arrivals keep a sequence number to tell which came first across the per-source lists.
+struct Matching {
+  struct Posted {
+    std::shared_ptr<MemoryRequest> request;
+    uint64_t sequence;
+  };
+  struct Arrived {
+    Message message;
+    uint64_t sequence;
+  };
+  std::unordered_map<int, std::list<Posted>> receives;  // by source
+  std::list<Posted> receives_from_any;
+  std::unordered_map<int, std::list<Arrived>> unexpected;  // by source
+  uint64_t next_sequence = 0;
+
+  // The first posted receive matching `message`, taken out; null if none.
+  std::shared_ptr<MemoryRequest> take_receive(const Message& message) {
+    std::list<Posted>* directed = nullptr;
+    std::list<Posted>::iterator first_directed;
+    auto peer = receives.find(message.source);
+    if (peer != receives.end()) {
+      first_directed = std::find_if(peer->second.begin(), peer->second.end(),
+                                    [&](const Posted& p) { return matches(*p.request, message); });
+      if (first_directed != peer->second.end()) directed = &peer->second;
+    }
+    auto first_any = std::find_if(receives_from_any.begin(), receives_from_any.end(),
+                                  [&](const Posted& p) { return matches(*p.request, message); });
+    const bool any = first_any != receives_from_any.end();
+    if (!directed && !any) return nullptr;
+    std::shared_ptr<MemoryRequest> taken;
+    if (directed && (!any || first_directed->sequence < first_any->sequence)) {
+      taken = std::move(first_directed->request);
+      directed->erase(first_directed);
+      if (directed->empty()) receives.erase(peer);
+    } else {
+      taken = std::move(first_any->request);
+      receives_from_any.erase(first_any);
+    }
+    return taken;
+  }
+
+  // The first arrived message matching `request`, taken out; false if none.
+  bool take_unexpected(const MemoryRequest& request, Message& out) {
+    auto first_in = [&](std::list<Arrived>& arrived) {
+      return std::find_if(arrived.begin(), arrived.end(), [&](const Arrived& a) { return matches(request, a.message); });
+    };
+    std::unordered_map<int, std::list<Arrived>>::iterator best_source = unexpected.end();
+    std::list<Arrived>::iterator best;
+    auto consider = [&](std::unordered_map<int, std::list<Arrived>>::iterator source) {
+      auto it = first_in(source->second);
+      if (it != source->second.end() && (best_source == unexpected.end() || it->sequence < best->sequence)) {
+        best_source = source;
+        best = it;
+      }
+    };
+    if (request.peer >= 0) {
+      auto source = unexpected.find(request.peer);
+      if (source != unexpected.end()) consider(source);
+    } else {
+      for (auto source = unexpected.begin(); source != unexpected.end(); ++source) consider(source);
+    }
+    if (best_source == unexpected.end()) return false;
+    out = std::move(best->message);
+    best_source->second.erase(best);
+    if (best_source->second.empty()) unexpected.erase(best_source);
+    return true;
+  }
+
+  void post(std::shared_ptr<MemoryRequest> request) {
+    auto& list = request->peer < 0 ? receives_from_any : receives[request->peer];
+    list.push_back({std::move(request), next_sequence++});
+  }
+  void arrive(Message message) {
+    const int source = message.source;
+    unexpected[source].push_back({std::move(message), next_sequence++});
+  }
+  void fail_receives(const std::string& why) {
+    for (auto& [source, list] : receives) {
+      for (auto& p : list) fail(*p.request, why);
+    }
+    for (auto& p : receives_from_any) fail(*p.request, why);
+    receives.clear();
+    receives_from_any.clear();
+  }
+};
+
 // One rank's side of the fabric: messages on their way to it, those that arrived before their receive, its
 // posted receives. Everything under `mutex`; `events` counts what a waiting owner should look at again.
 struct Box {
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<Message> in_flight;
-  std::list<Message> unexpected;
-  std::list<std::shared_ptr<MemoryRequest>> receives;
+  Matching matching;
   uint64_t events = 0;
   bool dead = false;
 };
 
-}  // namespace
-
-struct MemoryFabric::State {
-  State(int n, MemoryFaults f) : faults(f), boxes(static_cast<size_t>(n)), rng(f.seed),
-        last_due(static_cast<size_t>(n) * static_cast<size_t>(n)) {}
-  MemoryFaults faults;
-  std::vector<Box> boxes;
-  std::mutex rng_mutex;  // also guards last_due and next_order
+// What the endpoints of one fabric share: the fault injection's random delays and the order they keep, and the
+// message count. An endpoint's peers are its boxes, indexed by rank; the wire knows nothing of them.
+struct Wire {
+  Wire(MemoryFaults f, size_t ranks)
+      : faults(f), n(ranks), rng(f.seed), last_due(f.max_delay.count() > 0 ? ranks * ranks : 0) {}
+  const MemoryFaults faults;
+  const size_t n;  // ranks, for last_due (0: no faults, no pair state)
+  std::mutex rng_mutex;  // guards rng and last_due
   std::mt19937_64 rng;
   std::vector<Clock::time_point> last_due;  // [source * n + destination]: keeps a pair's order without reorder
-  uint64_t next_order = 0;
+  std::atomic<uint64_t> next_order{0};
   std::atomic<uint64_t> sent{0};
 
-  int size() const { return static_cast<int>(boxes.size()); }
-  Box& box(int rank) { return boxes[static_cast<size_t>(rank)]; }
-
   Clock::time_point due_time(int source, int destination, uint64_t& order) {
-    std::lock_guard<std::mutex> lock(rng_mutex);
-    order = next_order++;
+    order = next_order.fetch_add(1, std::memory_order_relaxed);
     auto now = Clock::now();
     if (faults.max_delay.count() <= 0) return now;
+    std::lock_guard<std::mutex> lock(rng_mutex);
     auto delay = std::chrono::microseconds(
         std::uniform_int_distribution<int64_t>(0, faults.max_delay.count())(rng));
     auto due = now + delay;
-    auto& last = last_due[static_cast<size_t>(source) * boxes.size() + static_cast<size_t>(destination)];
+    auto& last = last_due[static_cast<size_t>(source) * n + static_cast<size_t>(destination)];
     if (!faults.reorder) due = std::max(due, last);
     last = std::max(last, due);
     return due;
   }
-
-  // Tells `rank`'s owner to look again (a send of its completed). Takes only that rank's lock.
-  void wake(int rank) {
-    Box& b = box(rank);
-    {
-      std::lock_guard<std::mutex> lock(b.mutex);
-      ++b.events;
-    }
-    b.cv.notify_all();
-  }
-
-  // Delivers the due messages in `b` (locked by the caller): into a matching receive, else kept as
-  // unexpected. Returns the senders to wake.
-  std::vector<int> deliver_due(Box& b, Clock::time_point now) {
-    std::vector<int> senders;
-    auto due_end = std::stable_partition(b.in_flight.begin(), b.in_flight.end(),
-                                         [now](const Message& m) { return m.due <= now; });
-    std::vector<Message> due(std::make_move_iterator(b.in_flight.begin()), std::make_move_iterator(due_end));
-    b.in_flight.erase(b.in_flight.begin(), due_end);
-    std::sort(due.begin(), due.end(), [](const Message& x, const Message& y) {
-      return x.due != y.due ? x.due < y.due : x.order < y.order;
-    });
-    for (Message& message : due) {
-      auto it = std::find_if(b.receives.begin(), b.receives.end(),
-                             [&](const std::shared_ptr<MemoryRequest>& r) { return matches(*r, message); });
-      complete(*message.send, message.data.size());
-      senders.push_back(message.source);
-      if (it != b.receives.end()) {
-        receive_into(**it, message);
-        b.receives.erase(it);
-      } else {
-        message.send.reset();
-        b.unexpected.push_back(std::move(message));
-      }
-      ++b.events;
-    }
-    return senders;
-  }
 };
 
-namespace {
+// Tells the owner of `b` to look again (a send of its completed). Takes only that box's lock.
+void wake_box(Box& b) {
+  {
+    std::lock_guard<std::mutex> lock(b.mutex);
+    ++b.events;
+  }
+  b.cv.notify_all();
+}
 
-class MemoryEndpoint final : public Endpoint {
+// Delivers the due messages in `b` (locked by the caller): into a matching receive, else kept as unexpected.
+// Returns the senders to wake.
+std::vector<int> deliver_due(Box& b, Clock::time_point now) {
+  std::vector<int> senders;
+  auto due_end = std::stable_partition(b.in_flight.begin(), b.in_flight.end(),
+                                       [now](const Message& m) { return m.due <= now; });
+  std::vector<Message> due(std::make_move_iterator(b.in_flight.begin()), std::make_move_iterator(due_end));
+  b.in_flight.erase(b.in_flight.begin(), due_end);
+  std::sort(due.begin(), due.end(), [](const Message& x, const Message& y) {
+    return x.due != y.due ? x.due < y.due : x.order < y.order;
+  });
+  for (Message& message : due) {
+    complete(*message.send, message.data.size());
+    senders.push_back(message.source);
+    if (auto receive = b.matching.take_receive(message)) {
+      receive_into(*receive, message);
+    } else {
+      message.send.reset();
+      b.matching.arrive(std::move(message));
+    }
+    ++b.events;
+  }
+  return senders;
+}
+
+using Boxes = std::vector<std::shared_ptr<Box>>;
+
+// One rank's endpoint. `boxes_` (the peers', indexed by rank, its own at rank_) is fixed before the first message:
+// given at construction (a MemoryFabric) or found at connect() (the process's registry, open_memory_endpoint).
+class MemoryEndpoint : public Endpoint {
  public:
-  MemoryEndpoint(std::shared_ptr<MemoryFabric::State> state, int rank) : state_(std::move(state)), rank_(rank) {}
+  MemoryEndpoint(std::shared_ptr<Wire> wire, int rank, std::shared_ptr<Box> own, Boxes boxes)
+      : wire_(std::move(wire)), rank_(rank), own_(std::move(own)), boxes_(std::move(boxes)) {}
 
   ~MemoryEndpoint() override { cancel_all("endpoint closed"); }
 
@@ -156,10 +243,10 @@ class MemoryEndpoint final : public Endpoint {
   }
 
   void connect(int my_rank, const std::vector<std::vector<uint8_t>>& addresses) override {
-    if (my_rank != rank_ || static_cast<int>(addresses.size()) != state_->size()) {
+    if (my_rank != rank_ || addresses.size() != boxes_.size()) {
       throw InvalidUsageError("memory fabric: rank " + std::to_string(my_rank) + " of " +
                               std::to_string(addresses.size()) + " connected to the endpoint of rank " +
-                              std::to_string(rank_) + " of " + std::to_string(state_->size()));
+                              std::to_string(rank_) + " of " + std::to_string(boxes_.size()));
     }
     for (size_t r = 0; r < addresses.size(); ++r) {
       int published = -1;
@@ -182,21 +269,19 @@ class MemoryEndpoint final : public Endpoint {
     message.tag = tag;
     if (bytes) message.data.assign(static_cast<const uint8_t*>(buffer), static_cast<const uint8_t*>(buffer) + bytes);
     message.send = request;
-    message.due = state_->due_time(rank_, peer, message.order);
-    ++state_->sent;
-    Box& b = state_->box(peer);
+    message.due = wire_->due_time(rank_, peer, message.order);
+    ++wire_->sent;
+    Box& b = box(peer);
     std::vector<int> senders;
     {
       std::lock_guard<std::mutex> lock(b.mutex);
       if (b.dead) return request;  // lost: the send never completes, as to a vanished host
       b.in_flight.push_back(std::move(message));
-      senders = state_->deliver_due(b, Clock::now());
+      senders = deliver_due(b, Clock::now());
       ++b.events;
     }
     b.cv.notify_all();
-    for (int sender : senders) {
-      if (sender != rank_) state_->wake(sender);
-    }
+    wake_senders(senders);
     return request;
   }
 
@@ -205,27 +290,25 @@ class MemoryEndpoint final : public Endpoint {
     request->buffer = buffer;
     request->ignore = ignore;
     if (peer >= 0) check_peer(peer);
-    Box& b = state_->box(rank_);
+    Box& b = *own_;
     std::lock_guard<std::mutex> lock(b.mutex);
     if (b.dead) {
       fail(*request, "rank " + std::to_string(rank_) + " is dead");
       return request;
     }
-    auto it = std::find_if(b.unexpected.begin(), b.unexpected.end(),
-                           [&](const Message& m) { return matches(*request, m); });
-    if (it != b.unexpected.end()) {
-      receive_into(*request, *it);
-      b.unexpected.erase(it);
+    Message arrived;
+    if (b.matching.take_unexpected(*request, arrived)) {
+      receive_into(*request, arrived);
     } else {
-      b.receives.push_back(request);
+      b.matching.post(request);
     }
     return request;
   }
 
-  void wake() override { state_->wake(rank_); }
+  void wake() override { wake_box(*own_); }
 
   void progress(std::chrono::microseconds max_block) override {
-    Box& b = state_->box(rank_);
+    Box& b = *own_;
     std::vector<int> senders;
     {
       std::unique_lock<std::mutex> lock(b.mutex);
@@ -233,7 +316,7 @@ class MemoryEndpoint final : public Endpoint {
       const auto give_up = Clock::now() + max_block;
       for (;;) {
         auto now = Clock::now();
-        auto woken = state_->deliver_due(b, now);
+        auto woken = deliver_due(b, now);
         senders.insert(senders.end(), woken.begin(), woken.end());
         if (b.events != seen || now >= give_up) break;
         auto until = give_up;
@@ -241,30 +324,44 @@ class MemoryEndpoint final : public Endpoint {
         b.cv.wait_until(lock, until);
       }
     }
-    for (int sender : senders) {
-      if (sender != rank_) state_->wake(sender);
-    }
+    wake_senders(senders);
   }
 
   void cancel_all(const std::string& reason) override {
     {
-      Box& b = state_->box(rank_);
-      std::lock_guard<std::mutex> lock(b.mutex);
-      for (auto& request : b.receives) fail(*request, reason);
-      b.receives.clear();
+      std::lock_guard<std::mutex> lock(own_->mutex);
+      own_->matching.fail_receives(reason);
     }
     // Our messages still on their way are withdrawn; their sends fail.
-    for (int r = 0; r < state_->size(); ++r) {
-      Box& b = state_->box(r);
-      std::lock_guard<std::mutex> lock(b.mutex);
-      auto mine = std::stable_partition(b.in_flight.begin(), b.in_flight.end(),
+    for (const auto& peer : boxes_) {
+      std::lock_guard<std::mutex> lock(peer->mutex);
+      auto mine = std::stable_partition(peer->in_flight.begin(), peer->in_flight.end(),
                                         [this](const Message& m) { return m.source != rank_; });
-      for (auto it = mine; it != b.in_flight.end(); ++it) fail(*it->send, reason);
-      b.in_flight.erase(mine, b.in_flight.end());
+      for (auto it = mine; it != peer->in_flight.end(); ++it) fail(*it->send, reason);
+      peer->in_flight.erase(mine, peer->in_flight.end());
     }
   }
 
+ protected:
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= static_cast<int>(boxes_.size())) {
+      throw InvalidUsageError("memory fabric: peer " + std::to_string(peer) + " is outside 0.." +
+                              std::to_string(static_cast<int>(boxes_.size()) - 1));
+    }
+  }
+
+  std::shared_ptr<Wire> wire_;
+  int rank_;
+  std::shared_ptr<Box> own_;
+  Boxes boxes_;
+
  private:
+  Box& box(int rank) { return *boxes_[static_cast<size_t>(rank)]; }
+  void wake_senders(const std::vector<int>& senders) {
+    for (int sender : senders) {
+      if (sender != rank_) wake_box(box(sender));
+    }
+  }
   std::shared_ptr<MemoryRequest> make(bool is_send, int peer, Tag tag, size_t bytes) {
     auto request = std::make_shared<MemoryRequest>();
     request->is_send = is_send;
@@ -273,23 +370,111 @@ class MemoryEndpoint final : public Endpoint {
     request->bytes_posted = bytes;
     return request;
   }
-  void check_peer(int peer) const {
-    if (peer < 0 || peer >= state_->size()) {
-      throw InvalidUsageError("memory fabric: peer " + std::to_string(peer) + " is outside 0.." +
-                              std::to_string(state_->size() - 1));
-    }
-  }
   bool dead() {
-    Box& b = state_->box(rank_);
-    std::lock_guard<std::mutex> lock(b.mutex);
-    return b.dead;
+    std::lock_guard<std::mutex> lock(own_->mutex);
+    return own_->dead;
+  }
+};
+
+// The endpoints open_memory_endpoint() made and not yet closed, by id: how connect() finds a peer's box from the
+// address it published. Leaked on purpose: endpoints may close while the process exits.
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::weak_ptr<Box>> boxes;
+  uint64_t next_id = 1;
+};
+Registry& registry() {
+  static Registry* const instance = new Registry;
+  return *instance;
+}
+
+// An endpoint of the process's memory provider: its address is (process, id); its rank and peers are known at
+// connect(). Closing it kills its box, as a rank's exit would: what was on its way to it is lost.
+class RegisteredEndpoint final : public MemoryEndpoint {
+ public:
+  RegisteredEndpoint() : MemoryEndpoint(no_faults(), -1, std::make_shared<Box>(), {}) {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    id_ = registry().next_id++;
+    registry().boxes.emplace(id_, own_);
+  }
+  ~RegisteredEndpoint() override {
+    {
+      std::lock_guard<std::mutex> lock(registry().mutex);
+      registry().boxes.erase(id_);
+    }
+    cancel_all("endpoint closed");
+    std::lock_guard<std::mutex> lock(own_->mutex);
+    own_->dead = true;
+    for (Message& m : own_->in_flight) m.send.reset();  // lost: their sends never complete
+    own_->in_flight.clear();
+    own_->matching.unexpected.clear();
   }
 
-  std::shared_ptr<MemoryFabric::State> state_;
-  int rank_;
+  std::vector<uint8_t> address() const override {
+    const auto pid = static_cast<uint32_t>(getpid());
+    std::vector<uint8_t> bytes(sizeof pid + sizeof id_);
+    std::memcpy(bytes.data(), &pid, sizeof pid);
+    std::memcpy(bytes.data() + sizeof pid, &id_, sizeof id_);
+    return bytes;
+  }
+
+  void connect(int my_rank, const std::vector<std::vector<uint8_t>>& addresses) override {
+    if (!boxes_.empty()) throw InvalidUsageError("memory provider: the endpoint is already connected");
+    if (my_rank < 0 || my_rank >= static_cast<int>(addresses.size())) {
+      throw InvalidUsageError("memory provider: rank " + std::to_string(my_rank) + " of " +
+                              std::to_string(addresses.size()));
+    }
+    const auto pid = static_cast<uint32_t>(getpid());
+    Boxes boxes;
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (size_t r = 0; r < addresses.size(); ++r) {
+      uint32_t their_pid = 0;
+      uint64_t id = 0;
+      if (addresses[r].size() != sizeof their_pid + sizeof id) {
+        throw InvalidUsageError("memory provider: rank " + std::to_string(r) + "'s address (" +
+                                std::to_string(addresses[r].size()) + " bytes) is not a memory endpoint's: every "
+                                "rank must choose the memory provider");
+      }
+      std::memcpy(&their_pid, addresses[r].data(), sizeof their_pid);
+      std::memcpy(&id, addresses[r].data() + sizeof their_pid, sizeof id);
+      if (their_pid != pid) {
+        throw InvalidUsageError("memory provider: rank " + std::to_string(r) + " runs in process " +
+                                std::to_string(their_pid) + ", not in this one (" + std::to_string(pid) +
+                                "): the memory provider joins only ranks that are threads of one process");
+      }
+      auto found = registry().boxes.find(id);
+      std::shared_ptr<Box> box = found == registry().boxes.end() ? nullptr : found->second.lock();
+      if (!box) throw RemoteError("memory provider: rank " + std::to_string(r) + "'s endpoint is closed");
+      if (static_cast<int>(r) == my_rank && box != own_) {
+        throw InvalidUsageError("memory provider: rank " + std::to_string(r) + "'s address is not this endpoint's");
+      }
+      boxes.push_back(std::move(box));
+    }
+    rank_ = my_rank;
+    boxes_ = std::move(boxes);
+  }
+
+ private:
+  static std::shared_ptr<Wire> no_faults() {
+    static const auto wire = std::make_shared<Wire>(MemoryFaults{}, 0);
+    return wire;
+  }
+  uint64_t id_ = 0;
 };
 
 }  // namespace
+
+std::unique_ptr<Endpoint> open_memory_endpoint() { return std::make_unique<RegisteredEndpoint>(); }
+
+struct MemoryFabric::State {
+  State(int n, MemoryFaults f) : wire(std::make_shared<Wire>(f, static_cast<size_t>(n))) {
+    for (int r = 0; r < n; ++r) boxes.push_back(std::make_shared<Box>());
+  }
+  std::shared_ptr<Wire> wire;
+  Boxes boxes;
+  int size() const { return static_cast<int>(boxes.size()); }
+  Box& box(int rank) { return *boxes[static_cast<size_t>(rank)]; }
+};
 
 MemoryFabric::MemoryFabric(int ranks, MemoryFaults faults) {
   if (ranks < 1) throw InvalidUsageError("memory fabric: " + std::to_string(ranks) + " ranks");
@@ -305,7 +490,7 @@ std::unique_ptr<Endpoint> MemoryFabric::endpoint(int rank) {
     throw InvalidUsageError("memory fabric: rank " + std::to_string(rank) + " is outside 0.." +
                             std::to_string(size() - 1));
   }
-  return std::make_unique<MemoryEndpoint>(state_, rank);
+  return std::make_unique<MemoryEndpoint>(state_->wire, rank, state_->boxes[static_cast<size_t>(rank)], state_->boxes);
 }
 
 void MemoryFabric::kill(int rank) {
@@ -314,11 +499,10 @@ void MemoryFabric::kill(int rank) {
     Box& b = state_->box(rank);
     std::lock_guard<std::mutex> lock(b.mutex);
     b.dead = true;
-    for (auto& request : b.receives) fail(*request, why);
-    b.receives.clear();
+    b.matching.fail_receives(why);
     for (Message& m : b.in_flight) m.send.reset();  // messages to it are lost; their sends never complete
     b.in_flight.clear();
-    b.unexpected.clear();
+    b.matching.unexpected.clear();
     ++b.events;
   }
   state_->box(rank).cv.notify_all();
@@ -334,6 +518,6 @@ void MemoryFabric::kill(int rank) {
   }
 }
 
-uint64_t MemoryFabric::messages_sent() const { return state_->sent.load(); }
+uint64_t MemoryFabric::messages_sent() const { return state_->wire->sent.load(); }
 
 }  // namespace hiercoll::transport

@@ -2,7 +2,8 @@
 // An in-process fabric: N endpoints in one process, each driven by its own thread (one emulated rank), that
 // exchange tagged messages through memory under the same contract as the libfabric endpoint (transport.hpp).
 // It exists for tests: the algorithms run on 1..64 emulated ranks in seconds, and faults are injected
-// deterministically from a seed:
+// deterministically from a seed (MemoryFabric), and whole communicators run as threads of one process at thousands of
+// ranks (open_memory_endpoint, the provider "memory"). A MemoryFabric's faults:
 //   - delay: each message is delivered a random 0..max_delay after it was sent, so ranks drift apart;
 //   - reorder: with a delay, messages between one pair of ranks overtake each other (the contract only keeps
 //     the order of messages with the same tag); without it, each pair's messages arrive in sending order;
@@ -44,5 +45,11 @@ class MemoryFabric {
  private:
   std::shared_ptr<State> state_;
 };
+
+/// The provider "memory": an endpoint of the process-wide memory fabric, for communicators whose ranks are threads of
+/// this process (tests, and emulating thousands of ranks on one host). Its address names this process and the
+/// endpoint; connect() finds its peers' endpoints by those and refuses an address from another process. No faults
+/// are injected; closing an endpoint is its rank dying (MemoryFabric::kill without the failed sends).
+std::unique_ptr<Endpoint> open_memory_endpoint();
 
 }  // namespace hiercoll::transport

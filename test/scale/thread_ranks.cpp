@@ -1,0 +1,421 @@
+// Whole communicators at the seeds' scale, as threads of one process: N ranks, each a thread with its own TcpStore
+// client, peer-watch connection and endpoint of the in-process fabric (provider "memory"), laid out as nodes of
+// --per-node ranks (CommOptions::node), so that start-up, the store, the peer watch, the node arenas and every
+// algorithm run as they do across N processes. Only the bytes between ranks move through memory instead of a NIC.
+//
+// For each algorithm in --algos (HIERCOLL_ALGO, set between phases while no rank thread runs) it creates the
+// communicator on every rank, checks the layout, runs every collective and compares every rank's output with a
+// serial reference, and destroys it. In the last phase one rank (--victim) aborts while the others wait in an
+// allreduce it never joins: every other rank must fail with PeerLostError naming it within --notice-limit-ms.
+// Prints one line per phase with the create time and the process's resident memory per rank; exits 1 on the first
+// wrong element or missing error, naming it.
+//
+// CI runs 256 ranks (test/CMakeLists.txt); scripts/scale-threads runs 1,024 and 2,048 (docs/scaling.md).
+#include <hiercoll/communicator.hpp>
+#include <hiercoll/errors.hpp>
+#include <hiercoll/store.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using hiercoll::Communicator;
+using hiercoll::DataType;
+using hiercoll::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int ranks = 256;
+  int per_node = 8;
+  std::vector<std::string> algos{"auto"};
+  size_t count = 4099;  // elements of the large allreduce and broadcast: not a multiple of any rank count
+  int timeout_ms = 120000;
+  int victim = -1;  // -1: size / 2 + 1
+  int notice_limit_ms = 2000;
+  int idle_ms = 1000;  // after create, every rank idles this long: the CPU the communicators cost at rest
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "hiercoll_thread_ranks: %s\nusage: hiercoll_thread_ranks [--ranks N] [--per-node P] "
+               "[--algos a,b,...] [--count K] [--timeout-ms T] [--victim R] [--notice-limit-ms L] "
+               "[--idle-ms I]\n",
+               why);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) usage(("missing the value of " + flag).c_str());
+    const std::string value = argv[++i];
+    if (flag == "--ranks") {
+      o.ranks = std::stoi(value);
+    } else if (flag == "--per-node") {
+      o.per_node = std::stoi(value);
+    } else if (flag == "--algos") {
+      o.algos.clear();
+      std::stringstream list(value);
+      for (std::string algo; std::getline(list, algo, ',');) o.algos.push_back(algo);
+    } else if (flag == "--count") {
+      o.count = std::stoul(value);
+    } else if (flag == "--timeout-ms") {
+      o.timeout_ms = std::stoi(value);
+    } else if (flag == "--victim") {
+      o.victim = std::stoi(value);
+    } else if (flag == "--idle-ms") {
+      o.idle_ms = std::stoi(value);
+    } else if (flag == "--notice-limit-ms") {
+      o.notice_limit_ms = std::stoi(value);
+    } else {
+      usage(("unknown flag " + flag).c_str());
+    }
+  }
+  if (o.ranks < 2 || o.per_node < 1 || o.ranks % o.per_node != 0) usage("--ranks must be >= 2 and a multiple of --per-node");
+  if (o.algos.empty()) usage("--algos is empty");
+  if (o.victim < 0) o.victim = o.ranks / 2 + 1;
+  if (o.victim >= o.ranks) usage("--victim is outside the ranks");
+  return o;
+}
+
+// Process memory from /proc/self/status, in kB: resident anonymous, file-backed and shared (RssAnon, RssFile,
+// RssShmem).
+struct Memory {
+  long anon = 0, file = 0, shmem = 0;
+};
+Memory memory_now() {
+  Memory m;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    long* field = line.rfind("RssAnon:", 0) == 0 ? &m.anon
+                  : line.rfind("RssFile:", 0) == 0 ? &m.file
+                  : line.rfind("RssShmem:", 0) == 0 ? &m.shmem
+                                                     : nullptr;
+    if (field) *field = std::atol(line.c_str() + line.find(':') + 1);
+  }
+  return m;
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+// Inputs: small integers, so that every sum over 2,048 ranks is exact in float32 and the reference is exact.
+float value(int rank, size_t i) { return static_cast<float>(static_cast<int>((rank * 7 + i * 3) % 13) - 6); }
+int32_t ivalue(int rank, size_t i) { return static_cast<int32_t>((rank * 31 + i * 17) % 1009); }
+
+// Serial references, computed once on the main thread, read by every rank.
+struct Reference {
+  std::vector<float> sum;             // allreduce of value() over all ranks, count elements
+  std::vector<float> scattered;       // reduce-scatter of value() over all ranks, ranks * kScatter elements
+  std::vector<int32_t> max;           // reduce (max) of ivalue(), kReduce elements
+  static constexpr size_t kScatter = 3, kGather = 2, kReduce = 5, kSmall = 7;
+};
+
+Reference make_reference(int ranks, size_t count) {
+  Reference ref;
+  ref.sum.assign(count, 0.0f);
+  ref.scattered.assign(static_cast<size_t>(ranks) * Reference::kScatter, 0.0f);
+  ref.max.assign(Reference::kReduce, INT32_MIN);
+  for (int r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < count; ++i) ref.sum[i] += value(r, i);
+    for (size_t i = 0; i < ref.scattered.size(); ++i) ref.scattered[i] += value(r, i);
+    for (size_t i = 0; i < Reference::kReduce; ++i) ref.max[i] = std::max(ref.max[i], ivalue(r, i));
+  }
+  return ref;
+}
+
+// The first wrong element of any rank ends the run with its description.
+struct Verdict {
+  std::mutex mutex;
+  std::string first_failure;
+  void fail(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (first_failure.empty()) first_failure = what;
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return !first_failure.empty();
+  }
+};
+
+template <typename T>
+void expect_equal(Verdict& verdict, int rank, const char* what, const std::vector<T>& got, size_t i, T want) {
+  if (got[i] != want) {
+    std::ostringstream text;
+    text << what << ": rank " << rank << " element " << i << " is " << got[i] << ", want " << want;
+    verdict.fail(text.str());
+  }
+}
+
+// How long each step of run_collectives took on one rank, in order.
+using Steps = std::vector<std::pair<std::string, double>>;
+
+// Every collective on one rank, checked against the reference.
+void run_collectives(Communicator& comm, const Reference& ref, size_t count, Verdict& verdict, Steps& steps) {
+  const int me = comm.rank(), n = comm.size();
+  auto last = Clock::now();
+  auto step = [&](const char* name) {
+    const auto now = Clock::now();
+    steps.emplace_back(name, std::chrono::duration<double, std::milli>(now - last).count());
+    last = now;
+  };
+  std::vector<float> in(count), out(count);
+  for (size_t i = 0; i < count; ++i) in[i] = value(me, i);
+
+  // Allreduce: a small message (latency-bound schedules) and a large one (bandwidth-bound), then in place.
+  comm.allreduce(in.data(), out.data(), Reference::kSmall, DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < Reference::kSmall; ++i) expect_equal(verdict, me, "allreduce (small)", out, i, ref.sum[i]);
+  step("allreduce small");
+  comm.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < count; ++i) expect_equal(verdict, me, "allreduce", out, i, ref.sum[i]);
+  step("allreduce");
+  std::vector<float> inplace = in;
+  comm.allreduce(inplace.data(), inplace.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < count; ++i) expect_equal(verdict, me, "allreduce (in place)", inplace, i, ref.sum[i]);
+  step("allreduce in place");
+
+  // Reduce-scatter: rank r gets elements [r*c, (r+1)*c) of the sum.
+  const size_t c = Reference::kScatter;
+  std::vector<float> rs_in(static_cast<size_t>(n) * c), rs_out(c);
+  for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = value(me, i);
+  comm.reduce_scatter(rs_in.data(), rs_out.data(), c, DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t j = 0; j < c; ++j)
+    expect_equal(verdict, me, "reduce_scatter", rs_out, j, ref.scattered[static_cast<size_t>(me) * c + j]);
+  step("reduce_scatter");
+
+  // Allgather: block q is rank q's input.
+  const size_t g = Reference::kGather;
+  std::vector<int32_t> ag_in(g), ag_out(static_cast<size_t>(n) * g);
+  for (size_t j = 0; j < g; ++j) ag_in[j] = ivalue(me, j);
+  comm.allgather(ag_in.data(), ag_out.data(), g, DataType::kInt32).wait();
+  for (int q = 0; q < n; ++q)
+    for (size_t j = 0; j < g; ++j) expect_equal(verdict, me, "allgather", ag_out, static_cast<size_t>(q) * g + j, ivalue(q, j));
+  step("allgather");
+
+  // Broadcast from a rank that is neither first nor last of its node.
+  const int root = (n / 2 + 1) % n;
+  std::vector<float> bc(count, -1.0f);
+  if (me == root) bc = in;
+  comm.broadcast(bc.data(), bc.data(), count, DataType::kFloat32, root).wait();
+  for (size_t i = 0; i < count; ++i) expect_equal(verdict, me, "broadcast", bc, i, value(root, i));
+  step("broadcast");
+
+  // Reduce (max) to the last rank; the others' output is not written.
+  std::vector<int32_t> rd_in(Reference::kReduce), rd_out(Reference::kReduce, -1);
+  for (size_t i = 0; i < rd_in.size(); ++i) rd_in[i] = ivalue(me, i);
+  comm.reduce(rd_in.data(), rd_out.data(), rd_in.size(), DataType::kInt32, ReduceOp::kMax, n - 1).wait();
+  for (size_t i = 0; i < rd_out.size(); ++i)
+    expect_equal(verdict, me, "reduce", rd_out, i, me == n - 1 ? ref.max[i] : int32_t{-1});
+  step("reduce");
+
+  // Alltoall: block j of rank i's input is i * n + j.
+  std::vector<int32_t> a2a_in(static_cast<size_t>(n)), a2a_out(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) a2a_in[static_cast<size_t>(j)] = me * n + j;
+  comm.alltoall(a2a_in.data(), a2a_out.data(), 1, DataType::kInt32).wait();
+  for (int i = 0; i < n; ++i) expect_equal(verdict, me, "alltoall", a2a_out, static_cast<size_t>(i), i * n + me);
+  step("alltoall");
+
+  // Point to point around the ring, then a barrier.
+  std::vector<int32_t> token{me}, got{-1};
+  auto sent = comm.send(token.data(), 1, DataType::kInt32, (me + 1) % n, 5);
+  comm.recv(got.data(), 1, DataType::kInt32, (me + n - 1) % n, 5).wait();
+  sent.wait();
+  expect_equal(verdict, me, "send/recv", got, 0, (me + n - 1) % n);
+  step("send/recv");
+  comm.barrier().wait();
+  step("barrier");
+}
+
+// One phase: every rank creates its communicator, idles, runs body(comm), destroys it. The times are the slowest
+// rank's; "rest" is the phase's wall time less those and the idle time: mostly destruction.
+struct PhaseTimes {
+  double create_ms = 0, work_ms = 0, destroy_ms = 0;
+  Memory memory;  // the process's, with every communicator made
+  double idle_cpu_per_s = -1;  // the process's CPU seconds per second while every rank is idle
+};
+
+template <typename Body>
+PhaseTimes run_phase(const Options& o, uint16_t port, Verdict& verdict, Body body) {
+  const int n = o.ranks;
+  std::vector<std::thread> threads;
+  int created = 0;  // ranks past create (or failed), under arrival_mutex, as are the two below
+  Clock::time_point idle_from;
+  double idle_cpu = 0;
+  std::mutex arrival_mutex;
+  std::condition_variable arrived;
+  std::vector<double> create_ms(static_cast<size_t>(n)), work_ms(static_cast<size_t>(n));
+  PhaseTimes times;
+  const auto start = Clock::now();
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      bool counted = false;
+      try {
+        auto store = std::make_shared<hiercoll::TcpStore>("127.0.0.1", port, false,
+                                                          std::chrono::milliseconds(o.timeout_ms));
+        hiercoll::CommOptions options;
+        options.provider = "memory";
+        options.node = "node" + std::to_string(r / o.per_node);
+        options.timeout = std::chrono::milliseconds(o.timeout_ms);
+        const auto t0 = Clock::now();
+        Communicator comm = Communicator::create(store, r, n, options);
+        create_ms[static_cast<size_t>(r)] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        const auto& layout = comm.layout();
+        if (layout.node_count != n / o.per_node || layout.local_size != o.per_node ||
+            layout.node != r / o.per_node || layout.local_rank != r % o.per_node) {
+          verdict.fail("rank " + std::to_string(r) + "'s layout is " + layout.describe());
+        }
+        // The last rank to arrive reads the memory with every communicator made, then lets the others go on.
+        {
+          std::unique_lock<std::mutex> lock(arrival_mutex);
+          counted = true;
+          if (++created == n) {
+            times.memory = memory_now();
+            idle_from = Clock::now();
+            idle_cpu = cpu_seconds();
+            arrived.notify_all();
+          }
+          arrived.wait(lock, [&] { return created == n; });
+          // Every rank idle for a while: what the communicators' own threads (peer watch, progress) cost then.
+          arrived.wait_until(lock, idle_from + std::chrono::milliseconds(o.idle_ms), [] { return false; });
+          if (times.idle_cpu_per_s < 0) {
+            times.idle_cpu_per_s = (cpu_seconds() - idle_cpu) /
+                                   std::chrono::duration<double>(Clock::now() - idle_from).count();
+          }
+        }
+        const auto t1 = Clock::now();
+        body(comm);
+        work_ms[static_cast<size_t>(r)] = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+      } catch (const std::exception& e) {
+        verdict.fail("rank " + std::to_string(r) + ": " + e.what());
+        if (!counted) {  // no rank waits for this one's arrival
+          std::lock_guard<std::mutex> lock(arrival_mutex);
+          if (++created == n) arrived.notify_all();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  times.create_ms = *std::max_element(create_ms.begin(), create_ms.end());
+  times.work_ms = *std::max_element(work_ms.begin(), work_ms.end());
+  times.destroy_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - times.create_ms -
+                     times.work_ms - o.idle_ms;
+  return times;
+}
+
+void print_phase(const Options& o, const std::string& what, const PhaseTimes& t) {
+  const double per = 1.0 / o.ranks / 1024.0;  // kB of the process -> MB per rank
+  std::printf("ranks %d nodes %d x %d  %-28s create %8.1f ms  work %8.1f ms  rest %8.1f ms  "
+              "idle %.3f CPU-s/s  per rank: anon %.2f MB file %.2f MB shmem %.2f MB\n",
+              o.ranks, o.ranks / o.per_node, o.per_node, what.c_str(), t.create_ms, t.work_ms, t.destroy_ms,
+              t.idle_cpu_per_s, t.memory.anon * per, t.memory.file * per, t.memory.shmem * per);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  Verdict verdict;
+  // One server for every phase; each communicator gets a fresh key space (instance names count per store).
+  hiercoll::TcpStore server("127.0.0.1", 0, true, std::chrono::milliseconds(o.timeout_ms));
+  const Reference ref = make_reference(o.ranks, o.count);
+  const Memory before = memory_now();
+  std::printf("process before any communicator: anon %.1f MB file %.1f MB\n", before.anon / 1024.0,
+              before.file / 1024.0);
+
+  for (const std::string& algo : o.algos) {
+    // Read by each communicator as it is made; no rank thread runs now. "auto": the selector's choice.
+    if (algo == "auto") unsetenv("HIERCOLL_ALGO");
+    else setenv("HIERCOLL_ALGO", algo.c_str(), 1);
+    const uint64_t served = server.requests_served();
+    std::vector<Steps> steps(static_cast<size_t>(o.ranks));
+    const PhaseTimes t = run_phase(o, server.port(), verdict, [&](Communicator& comm) {
+      run_collectives(comm, ref, o.count, verdict, steps[static_cast<size_t>(comm.rank())]);
+    });
+    print_phase(o, "collectives, HIERCOLL_ALGO=" + algo, t);
+    std::printf("  slowest rank's ms per step:");
+    for (size_t i = 0; i < steps[0].size(); ++i) {
+      double slowest = 0;
+      for (const Steps& rank_steps : steps) {
+        if (i < rank_steps.size()) slowest = std::max(slowest, rank_steps[i].second);
+      }
+      std::printf(" %s %.1f%s", steps[0][i].first.c_str(), slowest, i + 1 < steps[0].size() ? "," : "\n");
+    }
+    std::printf("  store requests this phase: %llu (%.1f per rank)\n",
+                static_cast<unsigned long long>(server.requests_served() - served),
+                static_cast<double>(server.requests_served() - served) / o.ranks);
+    if (verdict.failed()) {
+      std::fprintf(stderr, "FAILED: %s\n", verdict.first_failure.c_str());
+      return 1;
+    }
+  }
+
+  // A rank aborts while every other rank waits in an allreduce it never joins: each must fail, naming it.
+  unsetenv("HIERCOLL_ALGO");
+  std::atomic<int64_t> aborted_at{0};
+  std::vector<double> noticed_ms(static_cast<size_t>(o.ranks), -1.0);
+  const PhaseTimes t = run_phase(o, server.port(), verdict, [&](Communicator& comm) {
+    const int me = comm.rank();
+    comm.barrier().wait();
+    if (me == o.victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others are waiting by then
+      aborted_at = Clock::now().time_since_epoch().count();
+      comm.abort();
+      return;
+    }
+    std::vector<float> buffer(64, 1.0f);
+    try {
+      comm.allreduce(buffer.data(), buffer.data(), buffer.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      verdict.fail("rank " + std::to_string(me) + "'s allreduce finished without rank " + std::to_string(o.victim));
+    } catch (const hiercoll::PeerLostError& e) {
+      noticed_ms[static_cast<size_t>(me)] =
+          std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch() -
+                                                    Clock::duration(aborted_at.load())).count();
+      if (e.rank() != o.victim) {
+        verdict.fail("rank " + std::to_string(me) + " blamed rank " + std::to_string(e.rank()) + ", not " +
+                     std::to_string(o.victim) + ": " + e.what());
+      }
+    } catch (const std::exception& e) {
+      verdict.fail("rank " + std::to_string(me) + " failed without naming the lost rank: " + e.what());
+    }
+    comm.abort();
+  });
+  print_phase(o, "one rank aborts", t);
+  std::vector<double> noticed;
+  for (int r = 0; r < o.ranks; ++r) {
+    if (r != o.victim) noticed.push_back(noticed_ms[static_cast<size_t>(r)]);
+  }
+  std::sort(noticed.begin(), noticed.end());
+  const double slowest = noticed.back();
+  std::printf("  rank %d aborted: the other ranks failed naming it after %.1f ms (first), %.1f (median), %.1f "
+              "(last; limit %d ms)\n",
+              o.victim, noticed.front(), noticed[noticed.size() / 2], slowest, o.notice_limit_ms);
+  if (!verdict.failed() && slowest > o.notice_limit_ms) {
+    verdict.fail("the slowest rank took " + std::to_string(slowest) + " ms to notice");
+  }
+  if (verdict.failed()) {
+    std::fprintf(stderr, "FAILED: %s\n", verdict.first_failure.c_str());
+    return 1;
+  }
+  std::printf("OK: %d ranks, every collective matched the serial reference on every rank\n", o.ranks);
+  return 0;
+}
