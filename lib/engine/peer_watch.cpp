@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -16,7 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -144,6 +145,9 @@ class PeerWatch::Impl {
   Impl(const Options& options, OnFailure on_failure) : options_(options), on_failure_(std::move(on_failure)) {
     wake_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_.valid()) throw SystemError(std::string("peer watch: eventfd: ") + std::strerror(errno));
+    epoll_ = base::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_.valid()) throw SystemError(std::string("peer watch: epoll_create1: ") + std::strerror(errno));
+    watch_fd(wake_.get(), kWakeKey, EPOLL_CTL_ADD);
     heartbeat_every_ = kHeartbeatEvery;
     if (options_.heartbeat_timeout.count() > 0) {
       heartbeat_every_ = std::max(std::chrono::milliseconds(1), std::min(kHeartbeatEvery, options_.heartbeat_timeout / 4));
@@ -159,6 +163,7 @@ class PeerWatch::Impl {
     listener_ = Socket::listen_on("0.0.0.0", 0);
     spare_ = Socket::spare_descriptor();
     set_nonblocking(listener_.fd());
+    watch_fd(listener_.fd(), kListenerKey, EPOLL_CTL_ADD);
     std::string addresses;
     for (const auto& address : host_addresses(options_.socket_ifname)) {
       addresses += (addresses.empty() ? "" : ",") + address;
@@ -215,6 +220,7 @@ class PeerWatch::Impl {
         hub.rank = 0;
         hub.pid = welcome.pid;
         hub.heard = Clock::now();
+        watch_fd(hub.sock.fd(), kPeerKey | 0, EPOLL_CTL_ADD);
         thread_ = std::thread([this] { run(); });
         return;
       }
@@ -248,7 +254,22 @@ class PeerWatch::Impl {
     Clock::time_point deadline;  // strangers: hello by then
     Frame in;
     size_t have = 0;  // bytes of `in` received
+    uint64_t stranger_id = 0;  // hub: its key in strangers_ while it is one
   };
+
+  // What an epoll event is about: its data is a key, the kind in the top bits and the rank or stranger id below, so
+  // that an event for a connection closed earlier in the same batch finds nothing rather than freed memory.
+  static constexpr uint64_t kWakeKey = 1ull << 62, kListenerKey = 2ull << 62, kPeerKey = 3ull << 62, kStrangerKey = 0,
+                            kKindMask = 3ull << 62;
+
+  void watch_fd(int fd, uint64_t key, int op) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = key;
+    if (::epoll_ctl(epoll_.get(), op, fd, &event) != 0) {
+      throw SystemError(std::string("peer watch: epoll_ctl: ") + std::strerror(errno));
+    }
+  }
 
   static void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
@@ -292,15 +313,20 @@ class PeerWatch::Impl {
     }
   }
 
+  // One thread serves every connection. epoll rather than poll: the hub holds one connection per rank, and a scan of
+  // them all at each heartbeat that arrives would cost it O(ranks^2) a second (docs/scaling.md, the peer watch at
+  // 2,048 ranks).
   void loop() {
     auto next_beat = Clock::now();
-    std::vector<pollfd> fds;
-    std::vector<Peer*> polled;
+    epoll_event events[64];
     for (;;) {
       const auto now = Clock::now();
       if (leaving_) return say_goodbye();
       if (now >= next_beat) {
-        beat(now);
+        // What arrived while this thread was away (a loaded host can hold it off a core for seconds) counts before
+        // any rank is judged silent: its frames are in the socket, it was not.
+        drain(events);
+        beat(Clock::now());
         next_beat = now + heartbeat_every_;
       }
       if (report_ && !reported_ && now >= report_->due) {
@@ -309,40 +335,46 @@ class PeerWatch::Impl {
       }
       auto wake_at = next_beat;
       if (report_ && !reported_) wake_at = std::min(wake_at, report_->due);
-      fds.clear();
-      polled.clear();
-      fds.push_back({wake_.get(), POLLIN, 0});
-      if (listener_.valid()) fds.push_back({listener_.fd(), POLLIN, 0});
-      for (Peer* peer : connections()) {
-        fds.push_back({peer->sock.fd(), POLLIN, 0});
-        polled.push_back(peer);
-        if (peer->rank < 0) wake_at = std::min(wake_at, peer->deadline);
-      }
+      for (const auto& [id, stranger] : strangers_) wake_at = std::min(wake_at, stranger.deadline);
       const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - Clock::now()).count() + 1;
-      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait_ms)));
-      if (rc < 0 && errno != EINTR) throw SystemError(std::string("peer watch: poll: ") + std::strerror(errno));
-      if (rc <= 0) continue;
-      if (fds[0].revents != 0) {
-        uint64_t value;
-        while (::read(wake_.get(), &value, sizeof value) > 0) {
-        }
-      }
-      if (listener_.valid() && fds[1].revents != 0) accept_strangers();
-      const size_t first = listener_.valid() ? 2 : 1;
-      for (size_t i = 0; i < polled.size(); ++i) {
-        // An earlier one's loss may have closed this connection (the hub drops a rank it cannot tell).
-        if (fds[first + i].revents != 0 && polled[i]->sock.fd() == fds[first + i].fd) receive(*polled[i]);
-      }
+      const int ready = ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(std::max<int64_t>(0, wait_ms)));
+      if (ready < 0 && errno != EINTR) throw SystemError(std::string("peer watch: epoll_wait: ") + std::strerror(errno));
+      for (int i = 0; i < ready; ++i) dispatch(events[i].data.u64);
     }
   }
 
-  std::vector<Peer*> connections() {
-    std::vector<Peer*> list;
-    for (auto& peer : peers_) {
-      if (peer.sock.valid()) list.push_back(&peer);
+  // Handles everything readable now, without waiting.
+  void drain(epoll_event (&events)[64]) {
+    for (;;) {
+      const int ready = ::epoll_wait(epoll_.get(), events, 64, 0);
+      for (int i = 0; i < ready; ++i) dispatch(events[i].data.u64);
+      if (ready < 64) return;
     }
-    for (auto& stranger : strangers_) list.push_back(&stranger);
-    return list;
+  }
+
+  void dispatch(uint64_t key) {
+    const uint64_t index = key & ~kKindMask;
+    switch (key & kKindMask) {
+      case kWakeKey: {
+        uint64_t value;
+        while (::read(wake_.get(), &value, sizeof value) > 0) {
+        }
+        return;
+      }
+      case kListenerKey:
+        return accept_strangers();
+      case kPeerKey: {
+        // An earlier event's loss may have closed this connection (the hub drops a rank it cannot tell).
+        Peer& peer = peers_[static_cast<size_t>(index)];
+        if (peer.sock.valid()) receive(peer);
+        return;
+      }
+      default: {
+        auto stranger = strangers_.find(index);
+        if (stranger != strangers_.end()) receive(stranger->second);
+        return;
+      }
+    }
   }
 
   // Heartbeats out; strangers and silent ranks dropped.
@@ -356,7 +388,7 @@ class PeerWatch::Impl {
       }
     }
     for (auto it = strangers_.begin(); it != strangers_.end();) {
-      if (now >= it->deadline) {
+      if (now >= it->second.deadline) {
         HIERCOLL_LOG(kWarn, "peer watch: dropped a connection that did not introduce itself within "
                                 << kHelloWithin.count() << " ms");
         it = strangers_.erase(it);
@@ -378,10 +410,12 @@ class PeerWatch::Impl {
                                                                  << " others have not introduced themselves yet");
         continue;
       }
-      Peer stranger;
+      const uint64_t id = next_stranger_id_++;
+      watch_fd(sock.fd(), kStrangerKey | id, EPOLL_CTL_ADD);
+      Peer& stranger = strangers_[id];
       stranger.sock = std::move(sock);
       stranger.deadline = Clock::now() + kHelloWithin;
-      strangers_.push_back(std::move(stranger));
+      stranger.stranger_id = id;
     }
   }
 
@@ -441,10 +475,10 @@ class PeerWatch::Impl {
     } else if (peers_[static_cast<size_t>(f.rank)].rank >= 0) {  // set at its hello, kept after it is gone
       why = "rank " + std::to_string(f.rank) + " is connected already";
     }
-    auto it = std::find_if(strangers_.begin(), strangers_.end(), [&](const Peer& p) { return &p == &stranger; });
+    const uint64_t id = stranger.stranger_id;
     if (!why.empty()) {
       HIERCOLL_LOG(kWarn, "peer watch: dropped a connection: " << why);
-      strangers_.erase(it);
+      strangers_.erase(id);
       return false;
     }
     Frame welcome = frame(Type::kWelcome);
@@ -454,7 +488,8 @@ class PeerWatch::Impl {
     peer.rank = f.rank;
     peer.pid = f.pid;
     peer.heard = Clock::now();
-    strangers_.erase(it);
+    watch_fd(peer.sock.fd(), kPeerKey | static_cast<uint64_t>(f.rank), EPOLL_CTL_MOD);
+    strangers_.erase(id);
     if (!send_frame(peer.sock.fd(), welcome)) {
       lost(peer, Cause::kClosed);
       return false;
@@ -471,7 +506,7 @@ class PeerWatch::Impl {
 
   void closed(Peer& peer) {
     if (peer.rank < 0) {  // a stranger hung up: nothing to report
-      strangers_.remove_if([&](const Peer& p) { return &p == &peer; });
+      strangers_.erase(peer.stranger_id);
       return;
     }
     lost(peer, Cause::kClosed);
@@ -528,7 +563,9 @@ class PeerWatch::Impl {
   Socket listener_;
   base::UniqueFd spare_;  // hub: given up to shed a connection when out of descriptors (Socket::accept_from)
   std::vector<Peer> peers_;  // by rank: the hub's spokes; a spoke's hub at [0]
-  std::list<Peer> strangers_;
+  base::UniqueFd epoll_;     // every connection, the listener and wake_
+  std::map<uint64_t, Peer> strangers_;  // hub: connections that have not said hello, by arrival
+  uint64_t next_stranger_id_ = 0;
   std::vector<Frame> deaths_;  // the hub: every death it relayed, for ranks that connect later
   std::chrono::milliseconds heartbeat_every_;
   std::optional<Report> report_;

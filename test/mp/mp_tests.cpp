@@ -335,6 +335,13 @@ TEST_CASE("the other collectives equal the serial reference through shared memor
   CHECK(result.all_ok());
 }
 
+TEST_CASE("a peer watch held off the CPU past its heartbeat timeout reports no rank that kept beating",
+          "[mp][errors]") {
+  auto result = launch(3, HIERCOLL_MP_WORKER, {"stall"}, loopback());
+  INFO(result.report());
+  CHECK(result.all_ok());
+}
+
 TEST_CASE("the TCP store bootstraps a communicator", "[mp][store][quick]") {
   auto options = loopback();
   options.tcp_store = true;

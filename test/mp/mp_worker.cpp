@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -979,6 +980,41 @@ int run_store_requests() {
   return 0;
 }
 
+// A judge of silence held off the CPU past its own heartbeat timeout must not, once it runs again, report the
+// ranks whose heartbeats wait unread in its sockets. Rank 0 (the peer watch's hub, which judges every rank) gives up on
+// a silent rank after 500 ms, the others after 30 s; rank 0 is stopped for 1.5 s (a child process wakes it), then
+// every rank runs allreduces that must all succeed, checked.
+int run_stall() {
+  hiercoll::Rendezvous job = hiercoll::rendezvous_from_env();
+  setenv("HIERCOLL_HEARTBEAT_TIMEOUT_MS", job.rank == 0 ? "500" : "30000", 1);
+  Communicator comm = Communicator::create(job.store, job.rank, job.size, hiercoll::CommOptions::from_env());
+  auto checked_allreduce = [&](int round) {
+    float x = static_cast<float>(comm.rank() + round);
+    comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
+    const float want = static_cast<float>(job.size * (job.size - 1) / 2 + job.size * round);
+    if (x != want) {
+      std::printf("FAIL: allreduce %d gave %g, want %g\n", round, x, want);
+      ++g_failures;
+    }
+  };
+  checked_allreduce(0);
+  if (job.rank == 0) {
+    const pid_t self = getpid();
+    const pid_t waker = fork();
+    if (waker == 0) {  // only async-signal-safe calls in the child of a threaded process
+      const timespec stall{1, 500000000};
+      nanosleep(&stall, nullptr);
+      kill(self, SIGCONT);
+      _exit(0);
+    }
+    raise(SIGSTOP);
+    waitpid(waker, nullptr, 0);
+  }
+  for (int round = 1; round <= 3; ++round) checked_allreduce(round);
+  std::printf("rank %d ran on after rank 0's stall\n", job.rank);
+  return g_failures == 0 ? 0 : 1;
+}
+
 // The open-file limit a communicator left this process with (test/limits/descriptors.sh).
 void print_limits(Communicator& comm) {
   rlimit limit{};
@@ -993,6 +1029,7 @@ int main(int argc, char** argv) {
   std::string scenario = argc > 1 ? argv[1] : "allreduce";
   try {
     if (scenario == "store-requests") return run_store_requests();
+    if (scenario == "stall") return run_stall();
     Communicator comm = Communicator::from_env();
     if (scenario == "allreduce") run_allreduce(comm, argc > 2 && std::string(argv[2]) == "--large");
     else if (scenario == "collectives") run_collectives(comm);
