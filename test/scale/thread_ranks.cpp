@@ -342,6 +342,8 @@ int main(int argc, char** argv) {
   std::printf("process before any communicator: anon %.1f MB file %.1f MB\n", before.anon / 1024.0,
               before.file / 1024.0);
 
+  PhaseTimes first;
+  double requests_per_rank = 0;
   for (const std::string& algo : o.algos) {
     // Read by each communicator as it is made; no rank thread runs now. "auto": the selector's choice.
     if (algo == "auto") unsetenv("HIERCOLL_ALGO");
@@ -352,6 +354,10 @@ int main(int argc, char** argv) {
       run_collectives(comm, ref, o.count, verdict, steps[static_cast<size_t>(comm.rank())]);
     });
     print_phase(o, "collectives, HIERCOLL_ALGO=" + algo, t);
+    if (&algo == &o.algos.front()) {
+      first = t;
+      requests_per_rank = static_cast<double>(server.requests_served() - served) / o.ranks;
+    }
     std::printf("  slowest rank's ms per step:");
     for (size_t i = 0; i < steps[0].size(); ++i) {
       double slowest = 0;
@@ -416,6 +422,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "FAILED: %s\n", verdict.first_failure.c_str());
     return 1;
   }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  // One line for scripts (scripts/scale-threads): the first phase's figures, the abort's, the process's peak.
+  std::printf("RESULT ranks=%d per_node=%d create_ms=%.1f work_ms=%.1f requests_per_rank=%.1f idle_cpu=%.3f "
+              "notice_median_ms=%.1f notice_last_ms=%.1f peak_rss_mb=%.1f\n",
+              o.ranks, o.per_node, first.create_ms, first.work_ms, requests_per_rank, first.idle_cpu_per_s,
+              noticed[noticed.size() / 2], slowest, static_cast<double>(usage.ru_maxrss) / 1024.0);
   std::printf("OK: %d ranks, every collective matched the serial reference on every rank\n", o.ranks);
   return 0;
 }
