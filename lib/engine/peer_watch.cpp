@@ -512,11 +512,13 @@ class PeerWatch::Impl {
     lost(peer, Cause::kClosed);
   }
 
-  // `peer`'s connection is over without a goodbye: the hub tells everyone; a spoke has lost rank 0.
+  // `peer`'s connection is over without a goodbye: the hub tells everyone; a spoke has lost rank 0. Only the first
+  // loss is relayed: it breaks the communicator on every rank, and each survivor then aborts in turn, which relayed
+  // too would cost the hub a frame per pair of ranks (4 million at 2,048) just when the job should end quickly.
   void lost(Peer& peer, Cause cause) {
     peer.sock.close();
     report(peer.rank, peer.pid, cause);
-    if (!is_hub()) return;
+    if (!is_hub() || !deaths_.empty()) return;
     Frame death = frame(Type::kDeath);
     death.rank = peer.rank;
     death.pid = peer.pid;
@@ -566,7 +568,7 @@ class PeerWatch::Impl {
   base::UniqueFd epoll_;     // every connection, the listener and wake_
   std::map<uint64_t, Peer> strangers_;  // hub: connections that have not said hello, by arrival
   uint64_t next_stranger_id_ = 0;
-  std::vector<Frame> deaths_;  // the hub: every death it relayed, for ranks that connect later
+  std::vector<Frame> deaths_;  // the hub: the death it relayed (the first), for ranks that connect later
   std::chrono::milliseconds heartbeat_every_;
   std::optional<Report> report_;
   bool reported_ = false;

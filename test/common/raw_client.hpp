@@ -44,6 +44,20 @@ class RawClient {
     }
     return false;
   }
+  // Everything the server sent within `timeout`, until then or until it closed the connection.
+  std::vector<uint8_t> receive_for(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<uint8_t> received;
+    uint8_t buffer[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 50) <= 0) continue;
+      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      received.insert(received.end(), buffer, buffer + n);
+    }
+    return received;
+  }
 
  private:
   int fd_;

@@ -161,6 +161,41 @@ TEST_CASE("a rank that leaves on purpose is not reported; one that cannot reach 
                   hiercoll::InvalidUsageError);
 }
 
+// After a death every survivor aborts in turn. The hub relays the first loss only: relaying each abort to every rank
+// cost it a frame per pair of ranks (4 million at 2,048), starving the ranks still to notice.
+TEST_CASE("the hub relays the first loss and not the aborts that follow it", "[watch]") {
+  PeerWatch::Options options;
+  options.size = 4;
+  Reports hub_reports, reports1, reports2;
+  auto hub = PeerWatch::hub(options, hub_reports.callback());
+  options.rank = 1;
+  auto spoke1 = PeerWatch::spoke(options, hub->contact(), true, reports1.callback());
+  options.rank = 2;
+  auto spoke2 = PeerWatch::spoke(options, hub->contact(), true, reports2.callback());
+  // Rank 3 is a raw connection that says hello, so that every frame the hub sends it can be counted.
+  RawClient rank3(port_of(hub->contact()));
+  auto hello = frame(1, 3, token_of(hub->contact()));
+  rank3.send(hello);
+  rank3.receive_for(300ms);  // its welcome and a heartbeat or so
+  spoke1->leave(/*aborted=*/true);
+  REQUIRE(reports2.wait_for_one(5s));
+  spoke2->leave(/*aborted=*/true);  // what a survivor does once it has failed
+  const std::vector<uint8_t> received = rank3.receive_for(1500ms);
+  REQUIRE(received.size() % 32 == 0);
+  std::vector<int32_t> reported;
+  for (size_t at = 0; at < received.size(); at += 32) {
+    uint16_t type = 0;
+    int32_t rank = -1;
+    std::memcpy(&type, &received[at + 4], 2);
+    std::memcpy(&rank, &received[at + 8], 4);
+    if (type == 6) reported.push_back(rank);  // kDeath
+  }
+  CHECK(reported == std::vector<int32_t>{1});
+  std::lock_guard<std::mutex> lock(hub_reports.mutex);
+  REQUIRE(!hub_reports.seen.empty());
+  CHECK(hub_reports.seen.front().first == 1);
+}
+
 // The store releases every rank at once, so the hub meets a burst of connections that have not said hello yet. It
 // once kept 64 of them and closed the rest, and a spoke tried once: a job of a few hundred ranks could fail to start.
 // Here 512 spokes connect at the same moment; every one must join, and the hub must hear each one's departure.
