@@ -982,11 +982,11 @@ int run_store_requests() {
 
 // A judge of silence held off the CPU past its own heartbeat timeout must not, once it runs again, report the
 // ranks whose heartbeats wait unread in its sockets. Rank 0 (the peer watch's hub, which judges every rank) gives up on
-// a silent rank after 500 ms, the others after 30 s; rank 0 is stopped for 1.5 s (a child process wakes it), then
-// every rank runs allreduces that must all succeed, checked.
+// a silent rank after 2 s, the others after 30 s (so they beat every second and never judge rank 0 here); rank 0 is
+// stopped for 3 s (a child process wakes it), then every rank runs allreduces that must all succeed, checked.
 int run_stall() {
   hiercoll::Rendezvous job = hiercoll::rendezvous_from_env();
-  setenv("HIERCOLL_HEARTBEAT_TIMEOUT_MS", job.rank == 0 ? "500" : "30000", 1);
+  setenv("HIERCOLL_HEARTBEAT_TIMEOUT_MS", job.rank == 0 ? "2000" : "30000", 1);
   Communicator comm = Communicator::create(job.store, job.rank, job.size, hiercoll::CommOptions::from_env());
   auto checked_allreduce = [&](int round) {
     float x = static_cast<float>(comm.rank() + round);
@@ -1002,7 +1002,7 @@ int run_stall() {
     const pid_t self = getpid();
     const pid_t waker = fork();
     if (waker == 0) {  // only async-signal-safe calls in the child of a threaded process
-      const timespec stall{1, 500000000};
+      const timespec stall{3, 0};
       nanosleep(&stall, nullptr);
       kill(self, SIGCONT);
       _exit(0);
