@@ -24,7 +24,7 @@
 #include "engine/collective.hpp"
 #include "engine/device_path.hpp"
 #include "engine/flight_recorder.hpp"
-#include "engine/peer_watch.hpp"
+#include "watch/peer_watch.hpp"
 #include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
@@ -32,6 +32,8 @@
 #include "transport/transport.hpp"
 
 namespace hiercoll::engine {
+
+using watch::PeerWatch;
 
 /// The host serving the job's store as the launch environment names it (HIERCOLL_STORE=tcp://host:port, else
 /// MASTER_ADDR; engine/bootstrap.cpp), "" where it names none (a file store, a store handed in by the caller): the

@@ -12,7 +12,7 @@ views=$build/lib/layers
 declare -A below=(
   [base]="" [store]="base" [topo]="base" [reduce]="base" [bucket]="base" [c_api]=""
   [device]="base reduce" [transport]="base reduce device topo" [algo]="base reduce device transport topo"
-  [launch]="base store" [engine]="base store topo reduce device transport algo launch")
+  [launch]="base store" [watch]="base store" [engine]="base store topo reduce device transport algo launch watch")
 failures=0 checks=0
 for view in "$views"/*/; do
   layer=$(basename "$view")

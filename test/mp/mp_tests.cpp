@@ -791,7 +791,7 @@ TEST_CASE("a rank killed at each start-up step is named by every survivor, which
 
 // A rank that dies (SIGKILL, SIGSEGV, or exit without destroying its communicator), in each algorithm, before,
 // at and into an operation, is named by every other rank within 2 s, and their next operation fails at once, with
-// the default timeout of 30 minutes (engine/peer_watch.hpp). On emulated nodes of one host, or, with
+// the default timeout of 30 minutes (watch/peer_watch.hpp). On emulated nodes of one host, or, with
 // HIERCOLL_TEST_NETNS set (test/cluster/with_cluster.sh, CTest's peer_death_cluster), across network namespaces.
 TEST_CASE("a rank that dies in any phase of any algorithm is named by every survivor within 2 s, whatever the timeout",
           "[mp][errors][death][quick]") {

@@ -1,6 +1,6 @@
 // The peer watch's hub against what can reach its socket: strangers, random and mutated frames, other jobs'
 // ranks, impostors of connected ranks. None may be reported as a failure, and the hub must go on relaying.
-#include "engine/peer_watch.hpp"
+#include "watch/peer_watch.hpp"
 
 #include <unistd.h>
 
@@ -17,7 +17,7 @@
 #include "fuzz.hpp"
 #include "raw_client.hpp"
 
-using hiercoll::engine::PeerWatch;
+using hiercoll::watch::PeerWatch;
 using hiercoll::test::RawClient;
 using namespace std::chrono_literals;
 
@@ -45,7 +45,7 @@ struct Reports {
   }
 };
 
-// The wire frame (engine/peer_watch.cpp), built by hand as a stranger would.
+// The wire frame (watch/peer_watch.cpp), built by hand as a stranger would.
 std::vector<uint8_t> frame(uint16_t type, int32_t rank, const std::vector<uint8_t>& token, uint32_t magic = 0x48435057) {
   std::vector<uint8_t> out(32, 0);
   std::memcpy(&out[0], &magic, 4);

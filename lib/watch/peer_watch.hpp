@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-namespace hiercoll::engine {
+namespace hiercoll::watch {
 
 class PeerWatch {
  public:
@@ -71,4 +71,4 @@ class PeerWatch {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace hiercoll::engine
+}  // namespace hiercoll::watch

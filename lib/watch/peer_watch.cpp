@@ -1,4 +1,4 @@
-#include "engine/peer_watch.hpp"
+#include "watch/peer_watch.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -29,7 +29,7 @@
 #include "hiercoll/errors.hpp"
 #include "store/socket.hpp"
 
-namespace hiercoll::engine {
+namespace hiercoll::watch {
 
 using Clock = std::chrono::steady_clock;
 using store::Socket;
@@ -596,4 +596,4 @@ std::unique_ptr<PeerWatch> PeerWatch::spoke(const Options& options, const std::s
 void PeerWatch::leave(bool aborted) { impl_->leave(aborted); }
 const std::string& PeerWatch::contact() const { return impl_->contact(); }
 
-}  // namespace hiercoll::engine
+}  // namespace hiercoll::watch
