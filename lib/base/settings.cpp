@@ -37,6 +37,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_FABRIC_CQ_WAIT", "1"},
       {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
       {"FI_OFI_RXM_BUFFER_SIZE", "16K"},
+      {"FI_OFI_RXM_MSG_RX_SIZE", "1024"},
       {"HIERCOLL_CPU_ISA", ""},
       {"HIERCOLL_FLIGHT_ENTRIES", "256"},
       {"HIERCOLL_FLIGHT_DUMP", ""},
@@ -150,6 +151,7 @@ Settings read(bool use_env) {
   s.fabric_cq_wait = r.flag("HIERCOLL_FABRIC_CQ_WAIT");
   s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
   s.rxm_buffer_bytes = r.bytes("FI_OFI_RXM_BUFFER_SIZE", 1);
+  s.rxm_rx_buffers = static_cast<uint64_t>(r.integer("FI_OFI_RXM_MSG_RX_SIZE", 1));
   s.flight_entries = static_cast<uint64_t>(r.integer("HIERCOLL_FLIGHT_ENTRIES", 1));
   s.flight_dump = r.text("HIERCOLL_FLIGHT_DUMP");
   return s;

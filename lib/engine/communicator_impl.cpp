@@ -237,6 +237,7 @@ void CommunicatorImpl::open_endpoint() {
   fabric.force_mr = settings_.fabric_force_mr;
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
+  fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
   endpoint_ = fabric.provider == "memory" ? transport::open_memory_endpoint() : transport::open_fabric_endpoint(fabric);
   scratch_.pin_with(endpoint_.get());
   endpoint_open_.store(true, std::memory_order_release);

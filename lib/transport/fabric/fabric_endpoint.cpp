@@ -318,6 +318,7 @@ class FabricEndpoint final : public Endpoint {
   }
 
   void open(const FabricOptions& options) {
+    size_rxm_receive_buffers(options.rxm_rx_buffers);
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
     info_ = choose_info(options);
@@ -423,6 +424,17 @@ class FabricEndpoint final : public Endpoint {
   static bool carries_our_tags(const fi_info* info) {
     const uint64_t format = info->ep_attr->mem_tag_format;
     return format == 0 || (format >> 63) != 0;
+  }
+
+  // RxM posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers of its eager size to the shared receive context of its first
+  // endpoint: by libfabric's default 4096 of 16 KB, 64 MB in every process and most of a rank's memory. What arrives
+  // at one rank at once is far less (a pipeline's slots from each peer it receives from, fit_chunks_to_provider), so
+  // where the job left the variable unset it gets Settings' count (figures: `git log -S size_rxm_receive_buffers`).
+  // libfabric reads it once, at the process's first fi_getinfo, which is why this comes first. setenv beside threads
+  // that read the environment is the risk every library that configures libfabric takes (aws-ofi-nccl's init too).
+  static void size_rxm_receive_buffers(size_t count) {
+    static std::once_flag once;
+    std::call_once(once, [count] { setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(count).c_str(), /*overwrite=*/0); });
   }
 
   fi_info* choose_info(const FabricOptions& options) {
