@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_checks.hpp"
 #include "expect.hpp"
 #include "hiercoll/hiercoll.hpp"
 #include "values.hpp"
@@ -1015,6 +1016,24 @@ int run_stall() {
   return g_failures == 0 ? 0 : 1;
 }
 
+// Every collective at scale (scripts/scale-processes: 128 and 256 processes, 16 emulated nodes x 4), checked against
+// the serial reference as the thread-rank test checks it (test/common/collective_checks.hpp).
+void run_scale(Communicator& comm) {
+  namespace scale = hiercoll::test::scale;
+  constexpr size_t kCount = 4099;
+  const scale::Reference reference = scale::make_reference(comm.size(), kCount);
+  scale::Verdict verdict;
+  scale::Steps steps;
+  scale::run_collectives(comm, reference, kCount, verdict, steps);
+  if (verdict.failed()) {
+    std::printf("FAIL: %s\n", verdict.first_failure.c_str());
+    ++g_failures;
+  } else if (comm.rank() == 0) {
+    std::printf("scale: %d ranks on %d nodes, every collective matched the serial reference\n", comm.size(),
+                comm.layout().node_count);
+  }
+}
+
 // The open-file limit a communicator left this process with (test/limits/descriptors.sh).
 void print_limits(Communicator& comm) {
   rlimit limit{};
@@ -1050,6 +1069,7 @@ int main(int argc, char** argv) {
     else if (scenario == "turn-returns") run_turn_returns(comm);
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else if (scenario == "limits") print_limits(comm);
+    else if (scenario == "scale") run_scale(comm);
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
       return 2;
