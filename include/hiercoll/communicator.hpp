@@ -62,7 +62,8 @@ struct HIERCOLL_API CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   /// Distinguishes communicators sharing one store. Every rank must pass the same name.
   std::string name = "world";
-  /// libfabric provider ("tcp", "shm", "efa", ...); empty: HIERCOLL_FABRIC_PROVIDER, else efa if present, else tcp.
+  /// libfabric provider ("tcp", "shm", "efa", ...); empty: HIERCOLL_FABRIC_PROVIDER, else shm where every rank is on
+  /// one host (up to 256 of them), else efa if present, else tcp.
   /// "memory" is hiercoll's own in-process fabric: every rank a thread of this process (tests, emulated scale).
   std::string provider;
   /// The node this rank runs on: ranks naming the same node share memory and make up the hierarchy's first level.

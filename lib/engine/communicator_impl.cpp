@@ -232,6 +232,7 @@ void CommunicatorImpl::open_endpoint() {
   fabric.interface = settings_.fabric_iface;
   fabric.rendezvous_host = rendezvous_host_from_env();
   fabric.local_rank = layout_.local_rank;
+  fabric.local_size = layout_.local_size;
   fabric.across_nodes = layout_.node_count > 1;
   fabric.cq_wait = settings_.fabric_cq_wait;
   fabric.force_mr = settings_.fabric_force_mr;

@@ -92,10 +92,11 @@ class Endpoint {
 
 /// Options for opening the fabric endpoint (filled from CommOptions and the environment).
 struct FabricOptions {
-  std::string provider;   ///< "tcp", "shm", "efa"...; empty: efa if present, else tcp.
+  std::string provider;   ///< "tcp", "shm", "efa"...; empty: one node: shm; else efa if present, else tcp.
   std::string interface;  ///< HIERCOLL_FABRIC_IFACE: NICs to choose among (fabric/nic_choice.hpp); empty: the rule.
   std::string rendezvous_host;  ///< the store's host, where known: the NIC that routes there marks the data NICs
   int local_rank = 0;           ///< picks this rank's NIC among the node's (rail l on NIC l)
+  int local_size = 1;           ///< ranks on this node
   bool across_nodes = false;    ///< false: every rank on one node, loopback will do
   bool cq_wait = true;          ///< HIERCOLL_FABRIC_CQ_WAIT: false opens the CQ without a wait object
   bool force_mr = false;  ///< Register memory even if the provider does not require it (HIERCOLL_FABRIC_FORCE_MR).

@@ -342,6 +342,24 @@ TEST_CASE("a peer watch held off the CPU past its heartbeat timeout reports no r
   CHECK(result.all_ok());
 }
 
+TEST_CASE("with no provider named, the ranks of one host take shm and ranks across nodes a network NIC",
+          "[mp][quick]") {
+  LaunchOptions options = loopback({{"HIERCOLL_FABRIC_PROVIDER", ""}});  // empty: the default, whatever CI set
+  auto one_host = launch(2, HIERCOLL_MP_WORKER, {"nic"}, options);
+  INFO(one_host.report());
+  REQUIRE(one_host.all_ok());
+  for (int r = 0; r < 2; ++r) {
+    CHECK_THAT(one_host.ranks[static_cast<size_t>(r)].output, Catch::Contains("rank " + std::to_string(r) + " NIC shm"));
+  }
+  options.node_of = {0, 1};  // two emulated nodes: shm cannot join them
+  auto two_nodes = launch(2, HIERCOLL_MP_WORKER, {"nic"}, options);
+  INFO(two_nodes.report());
+  REQUIRE(two_nodes.all_ok());
+  for (int r = 0; r < 2; ++r) {
+    CHECK_THAT(two_nodes.ranks[static_cast<size_t>(r)].output, Catch::Contains("rank " + std::to_string(r) + " NIC lo"));
+  }
+}
+
 TEST_CASE("the TCP store bootstraps a communicator", "[mp][store][quick]") {
   auto options = loopback();
   options.tcp_store = true;

@@ -1070,6 +1070,7 @@ int main(int argc, char** argv) {
     else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
     else if (scenario == "limits") print_limits(comm);
     else if (scenario == "scale") run_scale(comm);
+    else if (scenario == "nic") std::printf("rank %d NIC %s\n", comm.rank(), comm.fabric_nic().c_str());
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
       return 2;

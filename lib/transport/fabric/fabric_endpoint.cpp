@@ -437,10 +437,18 @@ class FabricEndpoint final : public Endpoint {
     std::call_once(once, [count] { setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(count).c_str(), /*overwrite=*/0); });
   }
 
+  // The most ranks the shm provider joins: libfabric 1.17's fi_av_insert fails for the 257th peer. Past it a one-host
+  // job takes a network provider over loopback.
+  static constexpr int kShmMostRanks = 256;
+
   fi_info* choose_info(const FabricOptions& options) {
     std::vector<std::string> providers;
     if (!options.provider.empty()) {
       providers.push_back(options.provider);
+    } else if (!options.across_nodes && options.local_size <= kShmMostRanks) {
+      // Every rank on one host: libfabric's shared-memory provider first. Nothing leaves the host, and it holds a
+      // fraction of RxM's buffers (docs/scaling.md, memory per rank) and passes messages faster than loopback TCP.
+      providers = {"shm", "efa", "tcp"};
     } else {
       providers = {"efa", "tcp"};
     }
@@ -469,7 +477,13 @@ class FabricEndpoint final : public Endpoint {
         throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm reaches only the ranks of one host, and this job spans "
                                 "several nodes: use a network provider (tcp, efa, ...) across nodes");
       }
-      fi_info* chosen = choose_domain(usable, options);
+      if (name == "shm" && options.local_size > kShmMostRanks) {
+        throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm joins at most " + std::to_string(kShmMostRanks) +
+                                " ranks (libfabric's shm address vector), and this host has " +
+                                std::to_string(options.local_size) + ": use tcp");
+      }
+      // shm has one domain and no NIC: HIERCOLL_FABRIC_IFACE, which names NICs, has nothing to choose there.
+      fi_info* chosen = name == "shm" ? usable.front() : choose_domain(usable, options);
       if (name == "tcp" && options.provider.empty()) warn_if_efa_unused();
       return fi_dupinfo(chosen);
     }
