@@ -42,7 +42,7 @@ struct Settings {
   bool timeout_from_env = false;  ///< whether HIERCOLL_TIMEOUT_MS was set (it then overrides a caller's timeout)
   bool peer_watch = true;         ///< HIERCOLL_PEER_WATCH: dead ranks noticed at once (engine/peer_watch.hpp)
   int64_t heartbeat_timeout_ms = 0;  ///< HIERCOLL_HEARTBEAT_TIMEOUT_MS: a rank unheard this long is dead; 0: never
-  std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "" means efa, else tcp
+  std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "": shm on one host, else efa, else tcp
   std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: NICs to choose among; "" means the rule (nic_choice.hpp)
   std::string socket_ifname;      ///< HIERCOLL_SOCKET_IFNAME: "" means the first non-loopback with IPv4
   bool fabric_force_mr = false;   ///< HIERCOLL_FABRIC_FORCE_MR
