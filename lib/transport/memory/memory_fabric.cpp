@@ -223,6 +223,30 @@ std::vector<int> deliver_due(Box& b, Clock::time_point now) {
   return senders;
 }
 
+// `b`'s rank is gone: its receives fail, what was on its way to it is lost (those sends never complete, as to a
+// vanished host), and nothing reaches it any more. Its owner, if it waits, looks again.
+void kill_box(Box& b, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(b.mutex);
+    b.dead = true;
+    b.matching.fail_receives(why);
+    for (Message& m : b.in_flight) m.send.reset();
+    b.in_flight.clear();
+    b.matching.unexpected.clear();
+    ++b.events;
+  }
+  b.cv.notify_all();
+}
+
+// Takes back `source`'s messages still on their way to `b`; their sends fail with `why`.
+void withdraw(Box& b, int source, const std::string& why) {
+  std::lock_guard<std::mutex> lock(b.mutex);
+  auto from_source = std::stable_partition(b.in_flight.begin(), b.in_flight.end(),
+                                           [source](const Message& m) { return m.source != source; });
+  for (auto it = from_source; it != b.in_flight.end(); ++it) fail(*it->send, why);
+  b.in_flight.erase(from_source, b.in_flight.end());
+}
+
 using Boxes = std::vector<std::shared_ptr<Box>>;
 
 // One rank's endpoint. `boxes_` (the peers', indexed by rank, its own at rank_) is fixed before the first message:
@@ -333,13 +357,7 @@ class MemoryEndpoint : public Endpoint {
       own_->matching.fail_receives(reason);
     }
     // Our messages still on their way are withdrawn; their sends fail.
-    for (const auto& peer : boxes_) {
-      std::lock_guard<std::mutex> lock(peer->mutex);
-      auto mine = std::stable_partition(peer->in_flight.begin(), peer->in_flight.end(),
-                                        [this](const Message& m) { return m.source != rank_; });
-      for (auto it = mine; it != peer->in_flight.end(); ++it) fail(*it->send, reason);
-      peer->in_flight.erase(mine, peer->in_flight.end());
-    }
+    for (const auto& peer : boxes_) withdraw(*peer, rank_, reason);
   }
 
  protected:
@@ -403,11 +421,7 @@ class RegisteredEndpoint final : public MemoryEndpoint {
       registry().boxes.erase(id_);
     }
     cancel_all("endpoint closed");
-    std::lock_guard<std::mutex> lock(own_->mutex);
-    own_->dead = true;
-    for (Message& m : own_->in_flight) m.send.reset();  // lost: their sends never complete
-    own_->in_flight.clear();
-    own_->matching.unexpected.clear();
+    kill_box(*own_, "endpoint closed");
   }
 
   std::vector<uint8_t> address() const override {
@@ -495,26 +509,10 @@ std::unique_ptr<Endpoint> MemoryFabric::endpoint(int rank) {
 
 void MemoryFabric::kill(int rank) {
   const std::string why = "rank " + std::to_string(rank) + " was killed";
-  {
-    Box& b = state_->box(rank);
-    std::lock_guard<std::mutex> lock(b.mutex);
-    b.dead = true;
-    b.matching.fail_receives(why);
-    for (Message& m : b.in_flight) m.send.reset();  // messages to it are lost; their sends never complete
-    b.in_flight.clear();
-    b.matching.unexpected.clear();
-    ++b.events;
-  }
-  state_->box(rank).cv.notify_all();
+  kill_box(state_->box(rank), why);
   // What it had on its way to others is lost with it; its own sends fail (its thread learns it is dead).
   for (int r = 0; r < size(); ++r) {
-    if (r == rank) continue;
-    Box& b = state_->box(r);
-    std::lock_guard<std::mutex> lock(b.mutex);
-    auto lost = std::stable_partition(b.in_flight.begin(), b.in_flight.end(),
-                                      [rank](const Message& m) { return m.source != rank; });
-    for (auto it = lost; it != b.in_flight.end(); ++it) fail(*it->send, why);
-    b.in_flight.erase(lost, b.in_flight.end());
+    if (r != rank) withdraw(state_->box(r), rank, why);
   }
 }
 
