@@ -40,7 +40,7 @@ struct Settings {
   bool chunk_from_env = false, slots_from_env = false;  ///< whether those two were set (else they may adapt)
   int64_t timeout_ms = 0;                               ///< HIERCOLL_TIMEOUT_MS
   bool timeout_from_env = false;  ///< whether HIERCOLL_TIMEOUT_MS was set (it then overrides a caller's timeout)
-  bool peer_watch = true;         ///< HIERCOLL_PEER_WATCH: dead ranks noticed at once (engine/peer_watch.hpp)
+  bool peer_watch = true;         ///< HIERCOLL_PEER_WATCH: dead ranks noticed at once (watch/peer_watch.hpp)
   int64_t heartbeat_timeout_ms = 0;  ///< HIERCOLL_HEARTBEAT_TIMEOUT_MS: a rank unheard this long is dead; 0: never
   std::string fabric_provider;    ///< HIERCOLL_FABRIC_PROVIDER: "": shm on one host, else efa, else tcp
   std::string fabric_iface;       ///< HIERCOLL_FABRIC_IFACE: NICs to choose among; "" means the rule (nic_choice.hpp)

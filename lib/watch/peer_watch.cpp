@@ -335,7 +335,8 @@ class PeerWatch::Impl {
       }
       auto wake_at = next_beat;
       if (report_ && !reported_) wake_at = std::min(wake_at, report_->due);
-      for (const auto& [id, stranger] : strangers_) wake_at = std::min(wake_at, stranger.deadline);
+      // Strangers are kept in arrival order, so the first is the first whose time to say hello runs out.
+      if (!strangers_.empty()) wake_at = std::min(wake_at, strangers_.begin()->second.deadline);
       const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - Clock::now()).count() + 1;
       const int ready = ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(std::max<int64_t>(0, wait_ms)));
       if (ready < 0 && errno != EINTR) throw SystemError(std::string("peer watch: epoll_wait: ") + std::strerror(errno));
@@ -387,14 +388,10 @@ class PeerWatch::Impl {
         lost(peer, Cause::kSilent);
       }
     }
-    for (auto it = strangers_.begin(); it != strangers_.end();) {
-      if (now >= it->second.deadline) {
-        HIERCOLL_LOG(kWarn, "peer watch: dropped a connection that did not introduce itself within "
-                                << kHelloWithin.count() << " ms");
-        it = strangers_.erase(it);
-      } else {
-        ++it;
-      }
+    while (!strangers_.empty() && now >= strangers_.begin()->second.deadline) {  // arrival order: the oldest first
+      HIERCOLL_LOG(kWarn, "peer watch: dropped a connection that did not introduce itself within "
+                              << kHelloWithin.count() << " ms");
+      strangers_.erase(strangers_.begin());
     }
   }
 
@@ -494,9 +491,9 @@ class PeerWatch::Impl {
       lost(peer, Cause::kClosed);
       return false;
     }
-    // A rank that connects late (still in start-up) hears of the deaths before it, or it would wait for them.
-    for (const Frame& death : deaths_) {
-      if (!send_frame(peer.sock.fd(), death)) {
+    // A rank that connects late (still in start-up) hears of the loss relayed before it, or it would wait for it.
+    if (relayed_) {
+      if (!send_frame(peer.sock.fd(), *relayed_)) {
         lost(peer, Cause::kSilent);
         return false;
       }
@@ -518,12 +515,12 @@ class PeerWatch::Impl {
   void lost(Peer& peer, Cause cause) {
     peer.sock.close();
     report(peer.rank, peer.pid, cause);
-    if (!is_hub() || !deaths_.empty()) return;
+    if (!is_hub() || relayed_) return;
     Frame death = frame(Type::kDeath);
     death.rank = peer.rank;
     death.pid = peer.pid;
     death.cause = cause;
-    deaths_.push_back(death);
+    relayed_ = death;
     std::vector<Peer*> unreachable;
     for (auto& other : peers_) {
       if (other.sock.valid() && !send_frame(other.sock.fd(), death)) unreachable.push_back(&other);
@@ -568,7 +565,7 @@ class PeerWatch::Impl {
   base::UniqueFd epoll_;     // every connection, the listener and wake_
   std::map<uint64_t, Peer> strangers_;  // hub: connections that have not said hello, by arrival
   uint64_t next_stranger_id_ = 0;
-  std::vector<Frame> deaths_;  // the hub: the death it relayed (the first), for ranks that connect later
+  std::optional<Frame> relayed_;  // the hub: the loss it relayed (the first), for ranks that connect later
   std::chrono::milliseconds heartbeat_every_;
   std::optional<Report> report_;
   bool reported_ = false;
