@@ -1,13 +1,14 @@
-"""What the benchmark scripts share (bench-compare, bench-sharded, validate-model, scale-model): running a command
-with its output echoed, starting a *_perf benchmark on loopback or the emulated cluster and reading its rows, and
-the marked sections of a document that one script writes and the others keep; the torchrun command line and
-environment of the torch-level benchmarks (bench-torch, bench-tp-decode); medians of alternated runs and sizes in
-words for the tables (bench-compare, bench-peers)."""
+"""What the benchmark scripts share (bench-compare, bench-sharded, validate-model, scale-model, scale-*): running a
+command with its output echoed, starting a *_perf benchmark on loopback or the emulated cluster and reading its rows,
+the marked sections of a document that one script writes and the others keep, and their text wrapped; the torchrun
+command line and environment of the torch-level benchmarks (bench-torch, bench-tp-decode); medians of alternated
+runs and sizes in words for the tables (bench-compare, bench-peers)."""
 import os
 import re
 import socket
 import subprocess
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))  # as scripts/build: the build directory
@@ -193,6 +194,12 @@ def checked(series, what):
     if bad:
         sys.exit(f"{os.path.basename(sys.argv[0])}: {what} gave wrong results at {bad[0]['size']} bytes")
     return series
+
+
+def section_text(lines):
+    """`lines` joined as a document section: prose wrapped at the docs' 118 columns, table rows as they are."""
+    return "\n".join(textwrap.fill(line, 118, break_on_hyphens=False, break_long_words=False)
+                     if len(line) > 118 and not line.startswith("|") else line for line in lines)
 
 
 def _markers(name):
