@@ -52,6 +52,8 @@ void broadcast_chain(Channel& ch, const void* in, void* out, size_t bytes, int r
 void reduce_chain(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op, int root);
 void alltoall_pairwise(Channel& ch, const void* in, void* out, size_t bytes_per_rank);
 void barrier_dissemination(Channel& ch);
+/// Barrier when the whole group is one node: one round of the node's flags, no network.
+void barrier_node(const Issue& issue, NodeMemory& memory);
 
 /// memcpy that accepts empty and identical ranges (memcpy itself does not, even for 0 bytes of null).
 inline void copy_bytes(void* dst, const void* src, size_t bytes) {

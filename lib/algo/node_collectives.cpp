@@ -48,7 +48,8 @@ enum NodeOp : uint64_t {
   kNodeAllgather = 2,
   kNodeBroadcast = 3,
   kNodeAllgatherDirect = 4,
-  kNodeBroadcastDirect = 5
+  kNodeBroadcastDirect = 5,
+  kNodeBarrier = 6
 };
 
 // Whether an allgather or a broadcast moving `bytes` per rank reads the peers' buffers directly (direct_round).
@@ -198,6 +199,15 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
     queue.copy(output + (static_cast<size_t>(me) * send_count + offset) * elem, input + offset * elem, n * elem);
   }
   m.pieces_done += rounds;
+}
+
+void barrier_node(const Issue& issue, NodeMemory& m) {
+  // A flag round without payload: every rank's flag of this round is raised only once that rank has arrived.
+  const NodeRound r = node_round(m, 0);
+  const uint8_t nothing = 0;
+  node_flag_round(m, r, node_signature(kNodeBarrier, 0, DataType::kUInt8, ReduceOp::kSum), issue.wait("node barrier"),
+                  &nothing, 0);
+  m.pieces_done += 1;
 }
 
 namespace {

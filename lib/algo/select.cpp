@@ -209,7 +209,9 @@ Algorithm AllreduceSelector::choose(Kind kind, size_t bytes, bool device) const 
                                                                                        : Algorithm::kChain;
     case Kind::kReduce: return Algorithm::kChain;
     case Kind::kAlltoall: return Algorithm::kPairwise;
-    case Kind::kBarrier: return Algorithm::kDissemination;
+    case Kind::kBarrier:  // one node: a round of the node's flags
+      return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() ? Algorithm::kNode
+                                                                           : Algorithm::kDissemination;
   }
   throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(kind)));
 }

@@ -232,6 +232,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
       case algo::Kind::kBroadcast:
         algo::broadcast_node(issue, host_memory_, c.in, c.out, c.count * dtype_size(c.type), c.root);
         break;
+      case algo::Kind::kBarrier: algo::barrier_node(issue, host_memory_); break;
       default:
         throw InternalError(std::string("run_here: ") + algo::to_string(c.kind) + " does not run in node memory");
     }
@@ -309,6 +310,11 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
                                       static_cast<uint32_t>(has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
   if (c.kind == algo::Kind::kBarrier) {
+    algo::NodeMemory* memory = &host_memory_;
+    if (algorithm == algo::Algorithm::kNode) {
+      return enqueue_collective(std::move(what), descriptor,
+                                [memory](algo::Channel& ch) { algo::barrier_node(algo::Issue::of(ch), *memory); });
+    }
     return enqueue_collective(std::move(what), descriptor, [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
   }
 

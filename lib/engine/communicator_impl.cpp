@@ -118,10 +118,14 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   try {
     bootstrap(*store_, instance);
     thread_ = std::thread([this] { progress_loop(); });
-    // Everyone has connected and attached once this barrier passes: the store and the shared-memory
-    // segment's name are no longer needed.
-    enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [](algo::Channel& ch) {
-      algo::barrier_dissemination(ch);
+    // Everyone has connected and attached once this barrier passes: the shared-memory segment's name is no longer
+    // needed. Through the node's memory where the fabric opens later: it says nothing of the fabric then.
+    enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [this](algo::Channel& ch) {
+      if (deferred_) {
+        algo::barrier_node(algo::Issue::of(ch), host_memory_);
+      } else {
+        algo::barrier_dissemination(ch);
+      }
     }).wait();
     if (arena_) arena_->unlink();
     measure_link();
@@ -133,8 +137,10 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     if (watch_) watch_->leave(/*aborted=*/true);
     throw;
   }
+  if (deferred_) deferred_->start();
   HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
-                                       << endpoint_->provider() << ", reduce isa "
+                                       << (deferred_ ? std::string("(opening after create)") : endpoint_->provider())
+                                       << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
                                        << algo_config_.chunk_bytes << " B x " << algo_config_.slots
                                        << " slots, node piece " << cost_model_.shm_piece_bytes << " B");
@@ -219,14 +225,46 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   for (const auto& id : gather_through_store(store, "node", Store::Bytes(node_id.begin(), node_id.end())))
     node_ids.emplace_back(id.begin(), id.end());
   layout_ = Layout::from_node_ids(node_ids, rank_);
-  open_endpoint();
-  endpoint_->connect(rank_, exchange_addresses(store));
   if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
-  fit_chunks_to_provider();
   setup_hierarchy(store, instance);
+  if (open_deferred()) {
+    // Started once create is done (the constructor), so that opening costs create nothing; `store` is *store_.
+    auto deferred = std::make_unique<transport::DeferredEndpoint>([this] {
+      const auto start = algo::Clock::now();
+      try {
+        auto endpoint = open_endpoint(*store_);
+        const double ms = std::chrono::duration<double, std::milli>(algo::Clock::now() - start).count();
+        HIERCOLL_LOG(kInfo, "fabric opened after create: provider " << endpoint->provider() << ", NIC "
+                                                                    << endpoint->domain() << ", in " << ms << " ms");
+        return endpoint;
+      } catch (const std::exception& e) {
+        // Raised by the first operation that needs the fabric; a job that never does lives without it.
+        HIERCOLL_LOG(kInfo, "the fabric did not open after create: " << e.what());
+        throw;
+      }
+    });
+    deferred_ = deferred.get();
+    endpoint_ = std::move(deferred);
+  } else {
+    endpoint_ = open_endpoint(store);
+    fit_chunks_to_provider();
+  }
+  scratch_.pin_with(endpoint_.get());
+  endpoint_open_.store(true, std::memory_order_release);
 }
 
-void CommunicatorImpl::open_endpoint() {
+// On one host with the provider left to hiercoll, every collective but alltoall, reduce and the flat schedules a
+// user forces runs through the node's shared memory, and the fabric serves point-to-point work. Opening it is most
+// of what start-up costs there (libfabric's provider scan at its first fi_getinfo, the address exchange), paid by
+// every rank on the cores they share; so it opens after create, on a thread of its own, and the first operation
+// that needs it waits for it (transport::DeferredEndpoint). A provider named by the job opens inside create, so that
+// a wrong name or a rank that cannot speak to the others fails create, as it does between hosts.
+bool CommunicatorImpl::open_deferred() const {
+  const std::string& named = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
+  return layout_.node_count == 1 && size_ > 1 && named.empty() && host_memory_.peers != nullptr;
+}
+
+std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& store) {
   transport::FabricOptions fabric;
   fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
   fabric.interface = settings_.fabric_iface;
@@ -239,18 +277,19 @@ void CommunicatorImpl::open_endpoint() {
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
-  endpoint_ = fabric.provider == "memory" ? transport::open_memory_endpoint() : transport::open_fabric_endpoint(fabric);
-  scratch_.pin_with(endpoint_.get());
-  endpoint_open_.store(true, std::memory_order_release);
+  std::unique_ptr<transport::Endpoint> endpoint =
+      fabric.provider == "memory" ? transport::open_memory_endpoint() : transport::open_fabric_endpoint(fabric);
+  endpoint->connect(rank_, exchange_addresses(store, *endpoint));
+  return endpoint;
 }
 
-std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store) {
-  const std::vector<Store::Bytes> records = gather_through_store(store, "addr", with_network(endpoint_->address()));
+std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store, transport::Endpoint& endpoint) {
+  const std::vector<Store::Bytes> records = gather_through_store(store, "addr", with_network(endpoint.address()));
   std::vector<std::vector<uint8_t>> addresses;
   std::map<std::string, std::pair<int, std::string>> first_at;  // host address -> first rank publishing it, its network
   for (int r = 0; r < size_; ++r) {
     auto [address, network] = split_network(records[static_cast<size_t>(r)], r);
-    const std::string host = endpoint_->host_of(address);
+    const std::string host = endpoint.host_of(address);
     if (!host.empty()) {
       auto [seen, fresh] = first_at.emplace(host, std::make_pair(r, network));
       if (!fresh && seen->second.second != network) {
@@ -259,7 +298,7 @@ std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& st
             "Communicator::create: ranks " + std::to_string(seen->second.first) + " and " + std::to_string(r) +
             " are on different hosts (" + seen->second.second + ", " + network + ") but both publish address " + host +
             ": the NIC they chose is host-only and reaches neither from the other (this rank's: " +
-            endpoint_->domain() + " of provider " + endpoint_->provider() +
+            endpoint.domain() + " of provider " + endpoint.provider() +
             "). Set HIERCOLL_FABRIC_IFACE to the NIC that connects the hosts (`ip -br addr`)");
       }
     }
@@ -455,6 +494,9 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
 
 CommunicatorImpl::~CommunicatorImpl() {
   stop_progress();
+  // An opening still under way finishes (its waits give up at once if the communicator halted): it uses this
+  // communicator's store, and the peers' openings wait for this rank's address.
+  if (deferred_) deferred_->join();
   // Where acknowledgements need this rank's calls, its peers' last sends to it complete before it goes.
   if (!aborted_) endpoint_->quiesce(kQuiesceLimit);
   if (watch_) watch_->leave(/*aborted=*/false);

@@ -28,6 +28,7 @@
 #include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
+#include "transport/deferred_endpoint.hpp"
 #include "transport/shm/node_arena.hpp"
 #include "transport/transport.hpp"
 
@@ -111,11 +112,14 @@ class CommunicatorImpl {
   };
 
   void bootstrap(Store& store, const std::string& instance);
-  /// Opens the endpoint on this rank's NIC, which the layout decides (local rank l takes rail l): after the node ids.
-  void open_endpoint();
+  /// Opens the endpoint on this rank's NIC, which the layout decides (local rank l takes rail l), and connects it to
+  /// every rank's: after the node ids. Runs in bootstrap(), or on the DeferredEndpoint's thread (open_deferred).
+  std::unique_ptr<transport::Endpoint> open_endpoint(Store& store);
+  /// Whether the endpoint opens after create, in the background (see the definition).
+  bool open_deferred() const;
   /// Every rank's endpoint address, gathered; fails at once where two hosts publish one address (a host-only
   /// interface such as docker0 chosen on both), which no rank could reach the other through.
-  std::vector<std::vector<uint8_t>> exchange_addresses(Store& store);
+  std::vector<std::vector<uint8_t>> exchange_addresses(Store& store, transport::Endpoint& endpoint);
   void setup_hierarchy(Store& store, const std::string& instance);
   /// Every rank's `mine`, in rank order, in O(N) requests to the store's server and two waits per rank (see the
   /// definition). Keys "<name>/<rank>", "<name>/all" and, while rank 0 waits for a late rank, "<name>/waiting".
@@ -202,6 +206,7 @@ class CommunicatorImpl {
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<transport::Endpoint> endpoint_;  // opened in bootstrap(), once the layout is known
+  transport::DeferredEndpoint* deferred_ = nullptr;  // endpoint_, where it opens after create (open_deferred())
   std::atomic<bool> endpoint_open_{false};         // halt() (the peer watch's thread) may wake it from then on
   algo::Scratch scratch_;
 

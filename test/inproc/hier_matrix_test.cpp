@@ -4,6 +4,7 @@
 // reference, with and without delays and reordering on the network, and a rank killed mid-run must make every
 // survivor fail within its deadline.
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <thread>
 #include <string>
@@ -188,6 +189,44 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
             REQUIRE(few[rr][static_cast<size_t>(root)][i] == expected);
           }
         }
+      }
+    }
+  }
+}
+
+// No rank leaves a node barrier before every local rank has entered it: each rank counts itself in before barrier k,
+// after a delay that differs by rank and round (the last to arrive changes), and reads the count after it. Barriers
+// between other node collectives keep their place in the flag rounds.
+TEST_CASE("a node barrier lets no rank through before every local rank arrived", "[inproc][hier]") {
+  for (int local : {2, 3, 8}) {
+    const std::vector<int> node_of(static_cast<size_t>(local), 0);
+    EmulatedNodes nodes(node_of, /*area_bytes=*/512, /*small_message_bytes=*/0);
+    constexpr int kRounds = 20;
+    std::vector<std::atomic<int>> arrived(kRounds);
+    std::vector<std::vector<int>> seen(static_cast<size_t>(local), std::vector<int>(kRounds, -1));
+    std::vector<std::vector<float>> gathered(static_cast<size_t>(local));
+    std::atomic<int> wrong{0};  // allgathered values that differ from the ranks' (checked here, not in their threads)
+    auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
+      const size_t r = static_cast<size_t>(ch.rank());
+      for (int k = 0; k < kRounds; ++k) {
+        if ((ch.rank() + k) % local == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        arrived[static_cast<size_t>(k)].fetch_add(1);
+        algo::barrier_node(algo::Issue::of(ch), nodes.memory[r]);
+        seen[r][static_cast<size_t>(k)] = arrived[static_cast<size_t>(k)].load();
+        if (k % 5 == 4) {  // another node collective in between
+          const float mine = static_cast<float>(ch.rank() + k);
+          gathered[r].assign(static_cast<size_t>(local), -1.f);
+          algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], &mine, gathered[r].data(), 1, DataType::kFloat32);
+          for (int q = 0; q < local; ++q) wrong += gathered[r][static_cast<size_t>(q)] != static_cast<float>(q + k);
+        }
+      }
+    });
+    require_all_ok(results);
+    CHECK(wrong == 0);
+    for (int r = 0; r < local; ++r) {
+      for (int k = 0; k < kRounds; ++k) {
+        INFO("local ranks " << local << ", rank " << r << ", barrier " << k);
+        CHECK(seen[static_cast<size_t>(r)][static_cast<size_t>(k)] == local);
       }
     }
   }

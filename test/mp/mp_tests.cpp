@@ -360,6 +360,36 @@ TEST_CASE("with no provider named, the ranks of one host take shm and ranks acro
   }
 }
 
+// On one host with no provider named the fabric opens after create (engine: open_deferred), and create's barrier runs
+// through the node's memory: every collective, point to point and alltoall included, must still match the serial
+// reference on every rank.
+TEST_CASE("with no provider named, one host's ranks open the fabric after create and every collective matches",
+          "[mp][quick]") {
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"scale"}, loopback({{"HIERCOLL_FABRIC_PROVIDER", ""}}));
+  INFO(result.report());
+  REQUIRE(result.all_ok());
+  CHECK_THAT(result.ranks[0].output, Catch::Contains("scale: 4 ranks on 1 nodes, every collective matched"));
+}
+
+bool names_rank(const std::string& text, int rank);
+TEST_CASE("a rank killed before the fabric opened after create is named by every survivor, well before the timeout",
+          "[mp][errors]") {
+  auto options = loopback({{"HIERCOLL_FABRIC_PROVIDER", ""}, {"HIERCOLL_TEST_DIE_RANK", "2"}});
+  options.timeout = std::chrono::seconds(90);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"die-after-create"}, options);
+  INFO(result.report());
+  CHECK_FALSE(result.timed_out);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // the ranks' timeout is 60 s
+  CHECK(result.ranks[2].exit_code == -SIGKILL);
+  for (int r : {0, 1, 3}) {
+    const std::string& out = result.ranks[static_cast<size_t>(r)].output;
+    CHECK(result.ranks[static_cast<size_t>(r)].exit_code == 0);
+    REQUIRE(out.find("EXPECTED ERROR") != std::string::npos);
+    CHECK(names_rank(out.substr(out.find("EXPECTED ERROR")), 2));
+  }
+}
+
 TEST_CASE("the TCP store bootstraps a communicator", "[mp][store][quick]") {
   auto options = loopback();
   options.tcp_store = true;

@@ -304,6 +304,30 @@ void run_die(Communicator& comm) {
   }
 }
 
+// HIERCOLL_TEST_DIE_RANK is killed right after create, before any operation. On one host with no provider named the
+// fabric is still opening then, its address exchange waiting for the victim's: the survivors' point-to-point calls
+// and collectives must fail naming it, once the peer watch reports it, not at the timeout.
+void run_die_after_create(Communicator& comm) {
+  const char* victim_text = std::getenv("HIERCOLL_TEST_DIE_RANK");
+  const int victim = victim_text ? std::atoi(victim_text) : 1;
+  if (comm.rank() == victim) raise(SIGKILL);
+  const int n = comm.size(), me = comm.rank();
+  try {
+    for (int i = 0; i < 50; ++i) {
+      int32_t token = me, got = -1;
+      auto sent = comm.send(&token, 1, DataType::kInt32, (me + 1) % n, i);
+      comm.recv(&got, 1, DataType::kInt32, (me + n - 1) % n, i).wait();
+      sent.wait();
+      float x = 1.0f;
+      comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
+    }
+    std::printf("FAIL: survived a dead peer\n");
+    ++g_failures;
+  } catch (const Error& e) {
+    std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+}
+
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -967,17 +991,33 @@ void run_bucketer(Communicator& comm) {
 int run_store_requests() {
   hiercoll::Rendezvous job = hiercoll::rendezvous_from_env();
   const auto start = std::chrono::steady_clock::now();
+  auto since_start = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
   Communicator comm = Communicator::create(job.store, job.rank, job.size, hiercoll::CommOptions::from_env());
-  const double create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double create_ms = since_start();
   float x = 1.0f;
   comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
+  const double allreduce_ms = since_start();
   if (x != static_cast<float>(job.size)) {
     std::printf("FAIL: allreduce gave %g, want %d\n", x, job.size);
     return 1;
   }
+  // A token around the ring of ranks: point to point, over the fabric (opened after create on one host).
+  int32_t token = job.rank, got = -1;
+  auto sent = comm.send(&token, 1, DataType::kInt32, (job.rank + 1) % job.size, 9);
+  comm.recv(&got, 1, DataType::kInt32, (job.rank + job.size - 1) % job.size, 9).wait();
+  sent.wait();
+  const double fabric_ms = since_start();
+  if (got != (job.rank + job.size - 1) % job.size) {
+    std::printf("FAIL: rank %d got token %d\n", job.rank, got);
+    return 1;
+  }
+  // Every rank has done its ring (and so read every address) once this allreduce passes: the count below is whole.
+  comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
   if (auto* tcp = dynamic_cast<hiercoll::TcpStore*>(job.store.get()); tcp != nullptr && job.rank == 0)
-    std::printf("STORE_REQUESTS %llu CREATE_MS %.1f\n", static_cast<unsigned long long>(tcp->requests_served()),
-                create_ms);
+    std::printf("STORE_REQUESTS %llu CREATE_MS %.1f FIRST_ALLREDUCE_MS %.1f FIRST_P2P_MS %.1f\n",
+                static_cast<unsigned long long>(tcp->requests_served()), create_ms, allreduce_ms, fabric_ms);
   return 0;
 }
 
@@ -1055,6 +1095,7 @@ int main(int argc, char** argv) {
     else if (scenario == "errors") run_errors(comm);
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
+    else if (scenario == "die-after-create") run_die_after_create(comm);
     else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);
     else if (scenario == "mixed-paths") run_mixed_paths(comm);
