@@ -68,7 +68,7 @@ int free_port(const std::string& address) {
 // which carry the same address on every host).
 std::string published_address() {
   const std::string ifname = base::Settings::from_env().socket_ifname;
-  return ifname.empty() ? topo::outward_address() : launch::reachable_address(ifname);
+  return ifname.empty() ? topo::outward_address() : topo::interface_address(ifname);
 }
 
 // Under a PMIx server (mpirun, srun --mpi=pmix) with PMIx support built in.

@@ -14,6 +14,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_queue.hpp"
 #include "device/cuda/pinned_buffer.hpp"
+#include "base/backoff.hpp"
 #include "base/log.hpp"
 #include "transport/cuda/ipc_peer_memory.hpp"
 
@@ -115,7 +116,7 @@ class EventWatcher {
       std::optional<base::Failure> failure;
       if (item.device != current && cudaSetDevice(item.device) == cudaSuccess) current = item.device;
       const auto start = std::chrono::steady_clock::now();
-      auto nap = std::chrono::microseconds(20);
+      base::Backoff<std::chrono::microseconds> naps(std::chrono::microseconds(20), std::chrono::microseconds(200));
       for (;;) {
         try {
           if (event_reached(item.event)) break;
@@ -127,8 +128,7 @@ class EventWatcher {
           std::this_thread::yield();
           continue;
         }
-        std::this_thread::sleep_for(nap);
-        nap = std::min(nap * 2, std::chrono::microseconds(200));
+        naps.pause();
       }
       try {
         item.then(std::move(failure));  // finishes a Work: its callbacks run on this thread

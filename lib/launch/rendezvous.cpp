@@ -1,12 +1,6 @@
 #include "launch/rendezvous.hpp"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
-
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "hiercoll/errors.hpp"
@@ -95,25 +89,6 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
   (void)key, (void)rank, (void)make_value, (void)timeout;
   throw InvalidUsageError("PMIx rendezvous: hiercoll was built without PMIx (libpmix-dev not found)");
 #endif
-}
-
-std::string reachable_address(const std::string& ifname) {
-  const char* wanted = ifname.empty() ? nullptr : ifname.c_str();
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "127.0.0.1";
-  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owned(list, freeifaddrs);
-  for (ifaddrs* it = list; it; it = it->ifa_next) {
-    if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET || !(it->ifa_flags & IFF_UP)) continue;
-    if (wanted ? std::strcmp(it->ifa_name, wanted) != 0 : (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char text[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof text);
-    return text;
-  }
-  if (wanted) {
-    throw InvalidUsageError(std::string("HIERCOLL_SOCKET_IFNAME=") + wanted +
-                            ": no such interface with an IPv4 address");
-  }
-  return "127.0.0.1";
 }
 
 std::optional<std::string> first_host_of(const std::string& list) {

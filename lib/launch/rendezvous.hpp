@@ -22,11 +22,6 @@ bool pmix_built();
 std::string pmix_share_from_rank0(const std::string& key, int rank, const std::function<std::string()>& make_value,
                                   std::chrono::milliseconds timeout);
 
-/// An IPv4 address of this host that other hosts can reach: the address of interface `ifname` if not empty (the
-/// bootstrap passes HIERCOLL_SOCKET_IFNAME), else of the first interface that is up, not loopback, and has one; else
-/// 127.0.0.1 (a single host).
-std::string reachable_address(const std::string& ifname);
-
 /// The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"), as SLURM_STEP_NODELIST /
 /// SLURM_JOB_NODELIST write them; nullopt for an empty or malformed list.
 std::optional<std::string> first_host_of(const std::string& slurm_nodelist);

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/backoff.hpp"
 #include "hiercoll/errors.hpp"
 #include "store/socket.hpp"
 
@@ -23,7 +24,7 @@ using store::Clock;
 
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
-  auto pause = std::chrono::milliseconds(1);
+  base::Backoff<std::chrono::milliseconds> backoff(std::chrono::milliseconds(1), std::chrono::milliseconds(50));
   while (!check(keys)) {
     if (Clock::now() >= deadline) {
       std::string missing;
@@ -32,8 +33,7 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
       }
       throw TimeoutError("store: still missing after " + std::to_string(timeout.count()) + " ms: " + missing);
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    backoff.pause();
   }
 }
 

@@ -20,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/backoff.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/unique_fd.hpp"
@@ -348,7 +349,7 @@ struct TcpStore::Impl {
 
   void connect(std::chrono::milliseconds timeout) {
     auto deadline = Clock::now() + timeout;
-    auto pause = std::chrono::milliseconds(5);
+    base::Backoff<std::chrono::milliseconds> backoff(std::chrono::milliseconds(5), std::chrono::milliseconds(200));
     for (;;) {
       connection = Socket::try_connect(host, port);
       if (connection.valid()) return introduce(deadline);
@@ -356,8 +357,7 @@ struct TcpStore::Impl {
         throw TimeoutError("store: no store server at " + host + ":" + std::to_string(port) + " after " +
                            std::to_string(timeout.count()) + " ms (is rank 0 running, and the address right?)");
       }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(200));
+      backoff.pause();
     }
   }
 

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "base/log.hpp"
+#include "hiercoll/errors.hpp"
 
 namespace hiercoll::topo {
 namespace {
@@ -46,6 +47,13 @@ std::vector<NetInterface> net_interfaces() {
   }
   freeifaddrs(list);
   return found;
+}
+
+std::string interface_address(const std::string& name) {
+  for (const NetInterface& i : net_interfaces()) {
+    if (i.name == name && !i.ipv4.empty()) return i.ipv4;
+  }
+  throw InvalidUsageError("HIERCOLL_SOCKET_IFNAME=" + name + ": no such interface that is up with an IPv4 address");
 }
 
 std::string default_route_interface() {

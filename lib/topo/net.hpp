@@ -15,6 +15,10 @@ struct NetInterface {
 /// The interfaces that are up, in the kernel's order, each once (its first IPv4 address).
 std::vector<NetInterface> net_interfaces();
 
+/// The IPv4 address of interface `name` (HIERCOLL_SOCKET_IFNAME's), for a rendezvous server's published address.
+/// Throws InvalidUsageError naming the interface where it is not up or has no IPv4 address.
+std::string interface_address(const std::string& name);
+
 /// The interface the kernel would send from to reach `host` (a name or a numeric IPv4 address): what torch's gloo
 /// and NCCL's bootstrap use to find an address that reaches the rendezvous. "" when the host does not resolve or no
 /// route leads there.

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/backoff.hpp"
 #include "base/log.hpp"
 #include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
@@ -192,7 +193,7 @@ class PeerWatch::Impl {
     // Refused everywhere means nobody listens (rank 0 died): that fails at once.
     const auto deadline = Clock::now() + options_.connect_timeout;
     std::string tried;
-    auto backoff = std::chrono::milliseconds(10);
+    base::Backoff<std::chrono::milliseconds> backoff(std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     for (bool again = true; again;) {
       again = false;
       for (const auto& address : addresses) {
@@ -224,9 +225,8 @@ class PeerWatch::Impl {
         thread_ = std::thread([this] { run(); });
         return;
       }
-      if (!again || Clock::now() + backoff >= deadline) break;
-      std::this_thread::sleep_for(backoff);  // a retry's back-off, not a wait for an event
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      if (!again || Clock::now() + backoff.upcoming() >= deadline) break;
+      backoff.pause();
     }
     throw RemoteError("rank " + std::to_string(options_.rank) + " cannot reach rank 0's peer watch (tried " + tried +
                       " port " + std::to_string(port) +

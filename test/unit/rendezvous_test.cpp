@@ -10,6 +10,7 @@
 
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
+#include "topo/net.hpp"
 
 using namespace hiercoll;
 
@@ -68,12 +69,10 @@ TEST_CASE("the first host of a Slurm node list", "[launch]") {
   CHECK_FALSE(launch::first_host_of("[1-4]"));     // no name
 }
 
-TEST_CASE("a reachable address is an IPv4 address of this host", "[launch]") {
-  CHECK(launch::reachable_address("lo") == "127.0.0.1");
-  CHECK_THROWS_WITH(launch::reachable_address("no-such-nic0"), Catch::Contains("no-such-nic0"));
-  // Without a name: an address of an interface that is up and not loopback, else loopback's.
-  const std::string any = launch::reachable_address("");
-  CHECK(std::count(any.begin(), any.end(), '.') == 3);
+TEST_CASE("HIERCOLL_SOCKET_IFNAME names the interface whose IPv4 address a rendezvous server publishes",
+          "[launch]") {
+  CHECK(topo::interface_address("lo") == "127.0.0.1");
+  CHECK_THROWS_WITH(topo::interface_address("no-such-nic0"), Catch::Contains("no-such-nic0"));
 }
 
 TEST_CASE("under srun without PMIx, rank 0 serves the store on the first node at a port from the job id", "[launch]") {
