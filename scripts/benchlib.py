@@ -223,3 +223,55 @@ def write_section(path, name, body):
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     with open(path, "w") as f:
         f.write(text)
+
+
+# Measures the emulated link between hc0 and hc1 as a program sees it: half the median TCP round trip of 8 bytes, and
+# the rate of one 64 MB bulk transfer.
+PROBE = r"""
+import socket, sys, time
+addr = ("10.77.0.2", 5571)
+if sys.argv[1] == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(addr); s.listen(2)
+    for mode in ("ping", "bulk"):
+        c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            d = c.recv(1 << 20)
+            if not d: break
+            if mode == "ping": c.sendall(d)
+        c.close()
+else:
+    time.sleep(0.3)
+    c = socket.create_connection(addr); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rtts = []
+    for _ in range(200):
+        t = time.perf_counter(); c.sendall(b"x" * 8); c.recv(64); rtts.append(time.perf_counter() - t)
+    c.close(); rtts.sort()
+    c = socket.create_connection(addr); block = b"x" * (1 << 20); t = time.perf_counter()
+    for _ in range(64): c.sendall(block)
+    c.shutdown(socket.SHUT_WR); c.recv(1)
+    print(rtts[len(rtts) // 2] / 2 * 1e6, 64 * (1 << 20) / (time.perf_counter() - t) / 1e9)
+"""
+
+
+def probe_link():
+    """(one-way latency in µs, bandwidth in GB/s) between the first two emulated nodes."""
+    server = subprocess.Popen(["ip", "netns", "exec", "hc1", sys.executable, "-c", PROBE, "serve"])
+    try:
+        lat, bw = map(float, run(["ip", "netns", "exec", "hc0", sys.executable, "-c", PROBE, "probe"]).split())
+    finally:
+        server.wait(timeout=60)
+    return lat, bw
+
+
+def predict(nodes, local, link, byte_list):
+    """hiercoll_sim's allreduce times (s) by (bytes, algorithm) on nodes x local ranks over `link` (probe_link's),
+    shared memory at 4 GB/s and 20 µs per rank."""
+    lat_us, gbps = link
+    out = run([os.path.join(BUILD, "bench", "hiercoll_sim"), "allreduce", "--nodes", str(nodes), "--local", str(local),
+               "--bytes", ",".join(str(b) for b in byte_list), "--net-gbps", str(gbps), "--net-lat-us", str(lat_us),
+               "--intra-gbps", "4", "--intra-lat-us", "20", "--piece-bytes", "2M"])
+    result = {}
+    for line in out.splitlines()[1:]:
+        n, l, b, algo, seconds, _ = line.split(",")
+        result[(int(float(b)), algo)] = float(seconds)
+    return result
