@@ -36,7 +36,7 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {
         return communicator_of(group).allreduce_algorithm(bytes);
       },
-      "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd or hier).");
+      "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd, hier or sharded).");
   m.def(
       "flight_record",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {

@@ -147,8 +147,8 @@ class HIERCOLL_API Communicator {
   void abort();
   /// Replaces CommOptions::timeout for the operations issued from now on (as c10d's setTimeout).
   void set_timeout(std::chrono::milliseconds timeout);
-  /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd" or "hier" (on device buffers: "hier"
-  /// runs on the GPUs, the others on a staged host copy).
+  /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd", "hier" or "sharded" (on device
+  /// buffers "hier" and "sharded" run their intra-node phases on the GPUs, the others on a staged host copy).
   std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;
   /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
   const Layout& layout() const;

@@ -24,7 +24,7 @@ const std::vector<Knob>& knobs();
 struct Settings {
   std::string debug;               ///< HIERCOLL_DEBUG: VERSION, WARN, INFO, DETAIL (INFO + mismatch check), TRACE
   bool check_collectives = false;  ///< HIERCOLL_CHECK_COLLECTIVES, or HIERCOLL_DEBUG=DETAIL
-  std::string algo;                ///< HIERCOLL_ALGO: "" (cost model), ring, rd, hier
+  std::string algo;                ///< HIERCOLL_ALGO: "" (cost model), ring, rd, hier, sharded
   std::string node_id;             ///< HIERCOLL_NODE_ID: "" means the host name
   double net_bw_gbps = 0, net_lat_us = 0, shm_bw_gbps = 0, shm_lat_us = 0;  ///< cost-model figures
   bool net_bw_from_env = false, net_lat_from_env = false;  ///< whether set (else the link probe's figures are used)

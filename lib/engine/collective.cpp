@@ -13,6 +13,7 @@
 #include "base/clock.hpp"
 #include "engine/communicator_impl.hpp"
 #include "engine/device_path.hpp"
+#include "engine/schedules.hpp"
 #include "engine/validate.hpp"
 #include "hiercoll/errors.hpp"
 
@@ -44,8 +45,6 @@ int device_of(const char* op, const Buffers& b) {
   const Location& where = b.in_bytes ? in : out;
   return where.kind == device::MemoryKind::kDevice ? where.device : -1;
 }
-
-using HostBody = std::function<void(algo::Channel&, const void* in, void* out)>;
 
 // Device buffers through pinned host memory: the device stages the input, hands it to the host half, which
 // runs the host algorithm there, and takes the result back. Every collective has this path; the allreduce,
@@ -197,7 +196,8 @@ void describe_into(std::string& out, const CollectiveName& name) {
   out.append(" [").append(algo::to_string(name.algorithm)).append(name.on_device ? ", device]" : "]");
 }
 
-std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm) {
+std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm, const Schedule& schedule,
+                                              const Call& call) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
   // names and completion state that carry it across cost more than the allreduce itself: 4 ranks on 2 cores,
   // 8 B (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
@@ -206,36 +206,12 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   // the collective as data and names it only if it is read. Naming every call and three precise clock reads were
   // about a quarter of a 2-rank 8 B allreduce (figures: `git log -S coarse_now -- lib/engine/collective.cpp`).
   const auto now = base::coarse_now();
-  const bool one_shot = c.kind == algo::Kind::kAllreduce &&
-                        algo::one_shot_allreduce(hierarchy_, host_memory_, c.count * dtype_size(c.type));
   const uint64_t seq = flight_.started_here(name_of(c, algorithm, false), now);
   ++sequence_;  // the channel numbering stays in step with ranks that run this operation on the progress thread
   std::optional<base::Failure> failure;
   try {
     // Named only if it fails (below).
-    const device::WaitContext wait{now + timeout(), &aborted_, std::string()};
-    const algo::Issue issue{wait, size_};
-    switch (c.kind) {
-      case algo::Kind::kAllreduce:
-        if (one_shot) {
-          algo::allreduce_one_shot(host_memory_, wait, c.in, c.out, c.count, c.type, c.op, size_);
-        } else {
-          algo::NoNetworkStage no_network;
-          algo::allreduce_hier(issue, hierarchy_, host_memory_, no_network, c.in, c.out, c.count, c.type, c.op,
-                               algo::InterNode::kRail);
-        }
-        break;
-      case algo::Kind::kReduceScatter:
-        algo::reduce_scatter_node(issue, host_memory_, c.in, c.out, c.count, c.type, c.op);
-        break;
-      case algo::Kind::kAllgather: algo::allgather_node(issue, host_memory_, c.in, c.out, c.count, c.type); break;
-      case algo::Kind::kBroadcast:
-        algo::broadcast_node(issue, host_memory_, c.in, c.out, c.count * dtype_size(c.type), c.root);
-        break;
-      case algo::Kind::kBarrier: algo::barrier_node(issue, host_memory_); break;
-      default:
-        throw InternalError(std::string("run_here: ") + algo::to_string(c.kind) + " does not run in node memory");
-    }
+    schedule.here(*this, algo::Issue{{now + timeout(), &aborted_, std::string()}, size_}, call, c.in, c.out);
   } catch (const Error& e) {
     failure = base::Failure::of(e);
   } catch (const std::exception& e) {
@@ -246,6 +222,8 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   if (failure) {
     const std::string what = describe(c, algorithm, false);
     // The one-shot's wait is unnamed; the others' waits name their phase (Issue::wait).
+    const bool one_shot = c.kind == algo::Kind::kAllreduce &&
+                          algo::one_shot_allreduce(hierarchy_, host_memory_, c.count * dtype_size(c.type));
     failure->message =
         what + " (rank " + std::to_string(rank_) + ")" + (one_shot ? std::string(" ") + algo::kOneShotPhase : "") +
         failure->message;
@@ -299,131 +277,20 @@ Work CommunicatorImpl::collective(const Collective& c) {
     return enqueue_device_alone(name_of(c, algorithm, true), device, c.options.stream, buffers.out, buffers.in,
                                 std::min(buffers.in_bytes, buffers.out_bytes));
   }
-  // Host buffers in node memory only: a one-node allreduce, or the node reduce-scatter, allgather and broadcast.
-  const bool node_only = algorithm == algo::Algorithm::kNode ||
-                         (c.kind == algo::Kind::kAllreduce && algorithm == algo::Algorithm::kHierarchical &&
-                          algo::node_only_allreduce(hierarchy_, host_memory_));
+  const Schedule& schedule = schedule_of(algorithm, c.kind);
+  const Call call{c.count, c.type, c.op, c.root, buffers.in_bytes, buffers.out_bytes, size_};
+  // Host buffers in node memory only (the one-node allreduce, the node reduce-scatter, allgather, broadcast and
+  // barrier) may run on the caller's thread.
+  const bool node_only = schedule.here != nullptr &&
+                         (algorithm == algo::Algorithm::kNode || algo::node_only_allreduce(hierarchy_, host_memory_));
   if (device < 0 && bytes <= kCallerRunBytes && node_only) {
-    if (std::optional<Work> done = run_here(c, algorithm)) return *std::move(done);
+    if (std::optional<Work> done = run_here(c, algorithm, schedule, call)) return *std::move(done);
   }
-  std::string what = describe(c, algorithm, device >= 0);
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
                                       static_cast<uint32_t>(has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
-  if (c.kind == algo::Kind::kBarrier) {
-    algo::NodeMemory* memory = &host_memory_;
-    if (algorithm == algo::Algorithm::kNode) {
-      return enqueue_collective(std::move(what), descriptor,
-                                [memory](algo::Channel& ch) { algo::barrier_node(algo::Issue::of(ch), *memory); });
-    }
-    return enqueue_collective(std::move(what), descriptor, [](algo::Channel& ch) { algo::barrier_dissemination(ch); });
-  }
-
-  // The algorithm, as a body over (channel, input, output) for the progress thread: on the caller's buffers, or on
-  // staged host copies of device buffers. Some algorithms also run on device buffers directly (`device_issue`).
-  const size_t count = c.count, block = buffers.in_bytes / static_cast<size_t>(size_);
-  const DataType type = c.type;
-  const ReduceOp op = c.op;
-  const int root = c.root;
-  const void* in = c.in;
-  void* out = c.out;
-  algo::Hierarchy* hierarchy = &hierarchy_;
-  algo::NodeMemory* host_memory = &host_memory_;
-  HostBody host;
-  DeviceIssue device_issue;
-  switch (algorithm) {
-    case algo::Algorithm::kRing:
-      if (c.kind == algo::Kind::kAllreduce) {
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::allreduce_ring(ch, from, to, count, type, op);
-        };
-      } else if (c.kind == algo::Kind::kReduceScatter) {
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::reduce_scatter_ring(ch, from, to, count, type, op);
-        };
-      } else {
-        host = [=](algo::Channel& ch, const void* from, void* to) { algo::allgather_ring(ch, from, to, count, type); };
-      }
-      break;
-    case algo::Algorithm::kRecursiveDoubling:
-      host = [=](algo::Channel& ch, const void* from, void* to) {
-        algo::allreduce_recursive_doubling(ch, from, to, count, type, op);
-      };
-      break;
-    case algo::Algorithm::kSharded:
-      if (!selector_->hierarchical_eligible()) {  // no node structure to use: every rank serves 1/n
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::allreduce_sharded(ch, from, to, count, type, op);
-        };
-        break;
-      }
-      [[fallthrough]];  // the hierarchical allreduce, its inter-node phase served by the nodes' CPUs
-    case algo::Algorithm::kHierarchical: {
-      const algo::InterNode inter =
-          algorithm == algo::Algorithm::kSharded ? algo::InterNode::kSharded : algo::InterNode::kRail;
-      host = [=](algo::Channel& ch, const void* from, void* to) {
-        algo::InlineStage here(ch);
-        algo::HelperStage helper(*hierarchy->network, ch);
-        algo::NetworkStage& network = algo::single_piece(*host_memory, count * dtype_size(type))
-                                          ? static_cast<algo::NetworkStage&>(here)
-                                          : helper;
-        algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *host_memory, network, from, to, count, type, op, inter);
-      };
-      // On device buffers the intra-node phases run on the GPUs; only the network phase crosses host memory.
-      if (device >= 0)
-        device_issue = [this, hierarchy, in, out, count, type, op, inter](const algo::Issue& issue, DevicePath& path) {
-          algo::NodeMemory& memory = device_node_memory(issue, path);
-          algo::DeferredStage network = path.deferred_stage(issue.wait("network phase"));
-          algo::allreduce_hier(issue, *hierarchy, memory, network, in, out, count, type, op, inter);
-          return network.host_half();
-        };
-      break;
-    }
-    case algo::Algorithm::kNode:  // through peer memory: shared memory, or CUDA IPC for device buffers
-      if (c.kind == algo::Kind::kReduceScatter) {
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::reduce_scatter_node(algo::Issue::of(ch), *host_memory, from, to, count, type, op);
-        };
-        if (device >= 0)
-          device_issue = [this, in, out, count, type, op](const algo::Issue& issue,
-                                                          DevicePath& path) -> algo::NetworkStage::Job {
-            algo::reduce_scatter_node(issue, device_node_memory(issue, path), in, out, count, type, op);
-            return nullptr;
-          };
-      } else if (c.kind == algo::Kind::kBroadcast) {  // host buffers only (the selector's choice)
-        const size_t bytes_total = buffers.out_bytes;
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::broadcast_node(algo::Issue::of(ch), *host_memory, from, to, bytes_total, root);
-        };
-      } else {
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::allgather_node(algo::Issue::of(ch), *host_memory, from, to, count, type);
-        };
-        if (device >= 0)
-          device_issue = [this, in, out, count, type](const algo::Issue& issue,
-                                                      DevicePath& path) -> algo::NetworkStage::Job {
-            algo::allgather_node(issue, device_node_memory(issue, path), in, out, count, type);
-            return nullptr;
-          };
-      }
-      break;
-    case algo::Algorithm::kChain:
-      if (c.kind == algo::Kind::kBroadcast) {
-        const size_t bytes_total = buffers.out_bytes;
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::broadcast_chain(ch, from, to, bytes_total, root);
-        };
-      } else {
-        host = [=](algo::Channel& ch, const void* from, void* to) {
-          algo::reduce_chain(ch, from, to, count, type, op, root);
-        };
-      }
-      break;
-    case algo::Algorithm::kPairwise:
-      host = [=](algo::Channel& ch, const void* from, void* to) { algo::alltoall_pairwise(ch, from, to, block); };
-      break;
-    case algo::Algorithm::kDissemination: break;  // the barrier, above
-  }
-  return run(*this, device, std::move(what), descriptor, buffers, c.options, std::move(host), std::move(device_issue));
+  DeviceIssue device_issue = device >= 0 && schedule.device ? schedule.device(*this, call, c.in, c.out) : nullptr;
+  return run(*this, device, describe(c, algorithm, device >= 0), descriptor, buffers, c.options,
+             schedule.host(*this, call), std::move(device_issue));
 }
 
 }  // namespace hiercoll::engine

@@ -43,6 +43,9 @@ std::string rendezvous_host_from_env();
 
 std::string describe_op(const algo::OpDescriptor& descriptor);
 
+struct Call;      // schedules.hpp
+struct Schedule;  // schedules.hpp
+
 class CommunicatorImpl {
  public:
   CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options);
@@ -90,6 +93,8 @@ class CommunicatorImpl {
   std::string flight_record() const { return flight_.json(instance_, rank_, size_); }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
   algo::NodeMemory& host_memory() { return host_memory_; }
+  /// Whether the layout has node structure for the hierarchical schedules (regular, several ranks per node).
+  bool hierarchical_eligible() const { return selector_->hierarchical_eligible(); }
 
  private:
   /// Stops and joins the progress thread.
@@ -161,9 +166,11 @@ class CommunicatorImpl {
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);
   /// A collective of host buffers up to 1 MB that only node memory carries (a one-node allreduce, the node
-  /// reduce-scatter, allgather and broadcast), on the caller's thread (collective.cpp): if the progress thread is
-  /// idle with nothing queued, runs it now and returns its finished Work; otherwise nullopt, and it is enqueued.
-  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm);
+  /// reduce-scatter, allgather, broadcast and barrier), on the caller's thread (collective.cpp): if the progress
+  /// thread is idle with nothing queued, runs `schedule.here` now and returns its finished Work; otherwise nullopt,
+  /// and it is enqueued.
+  std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm, const Schedule& schedule,
+                               const Call& call);
   /// An operation of the queue's kind on the caller's thread, under the same rule: its finished Work, or nullopt
   /// (and `op` untouched) if it must be enqueued.
   std::optional<Work> run_here(Op& op);
