@@ -94,6 +94,19 @@ struct HIERCOLL_API CallOptions {
 /// a communicator's device buffers all live on one device. Device collectives follow CallOptions::stream.
 /// After an operation fails with a timeout or a peer error, the communicator is broken: later
 /// operations fail at once, and the caller should abort() it and create a new one.
+/// What a communicator settled at create that decides its schedules (Communicator::tuning()): the cost model's
+/// network figures and the pipelines' granularity. The same on every rank.
+struct HIERCOLL_API Tuning {
+  /// The cost model's network: measured by the start-up link probe between nodes 0 and 1 (net_probed), else
+  /// HIERCOLL_NET_LAT_US / HIERCOLL_NET_BW_GBPS, else their defaults; a figure set in the environment wins.
+  double net_latency_us = 0;
+  double net_bandwidth_gbps = 0;
+  bool net_probed = false;  ///< the probe ran: several nodes, HIERCOLL_NET_PROBE_BYTES > 0, a figure left to measure
+  size_t chunk_bytes = 0;   ///< the ring and chain pipelines' network message (HIERCOLL_CHUNK_BYTES, fitted to RxM)
+  int pipeline_slots = 0;   ///< their messages in flight (HIERCOLL_PIPELINE_SLOTS, scaled with the chunk)
+  size_t node_piece_bytes = 0;  ///< one piece of the node's shared memory (HIERCOLL_SHM_PIECE_BYTES)
+};
+
 class HIERCOLL_API Communicator {
  public:
   /// Joins the group through `store` (all ranks pass stores reaching the same keys). Blocks until every
@@ -152,6 +165,8 @@ class HIERCOLL_API Communicator {
   std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;
   /// Which ranks share a node (HIERCOLL_NODE_ID overrides the host name as node identity).
   const Layout& layout() const;
+  /// The figures and sizes this communicator's schedules were chosen with (see Tuning).
+  Tuning tuning() const;
   /// The NIC (libfabric domain) this rank's network endpoint runs on, e.g. "eth1" or "rdmap16s27-rdm": local rank l
   /// of every node takes the l-th of the node's NICs, modulo their number (HIERCOLL_FABRIC_IFACE, docs/cluster.md).
   std::string fabric_nic() const;

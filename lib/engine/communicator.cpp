@@ -129,6 +129,7 @@ std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers)
 }
 
 const Layout& Communicator::layout() const { return impl_->layout(); }
+Tuning Communicator::tuning() const { return impl_->tuning(); }
 std::string Communicator::fabric_nic() const { return impl_->fabric_nic(); }
 std::string Communicator::flight_record() const { return impl_->flight_record(); }
 

@@ -166,6 +166,7 @@ void CommunicatorImpl::measure_link() {
     measured = algo::probe_link(ch, a, b, bytes);
   }).wait();
   const double ms = std::chrono::duration<double, std::milli>(algo::Clock::now() - start).count();
+  net_probed_ = true;
   if (!settings_.net_lat_from_env) cost_model_.net.latency_us = measured.latency_us;
   if (!settings_.net_bw_from_env) cost_model_.net.bandwidth_gbps = measured.bandwidth_gbps;
   // Both were made with the configured figures before the probe could run (it needs the communicator).

@@ -88,6 +88,10 @@ class CommunicatorImpl {
   }
   uint16_t context() const { return context_; }
   const Layout& layout() const { return layout_; }
+  Tuning tuning() const {
+    return {cost_model_.net.latency_us, cost_model_.net.bandwidth_gbps, net_probed_, algo_config_.chunk_bytes,
+            algo_config_.slots, cost_model_.shm_piece_bytes};
+  }
   std::string fabric_nic() const { return endpoint_->domain(); }
   /// The flight recorder's JSON (see flight_recorder.hpp).
   std::string flight_record() const { return flight_.json(instance_, rank_, size_); }
@@ -199,6 +203,7 @@ class CommunicatorImpl {
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
   algo::CostModel cost_model_;
+  bool net_probed_ = false;  // measure_link() ran the probe
   std::unique_ptr<algo::AllreduceSelector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;

@@ -7,7 +7,7 @@ set -euo pipefail
 launch=$1
 worker=$2
 out=$("$launch" -n 2 --ranks-per-node 1 --netns hc --tcp-store --timeout 120 -x HIERCOLL_FABRIC_PROVIDER=tcp \
-  -x HIERCOLL_DEBUG=INFO -x HIERCOLL_TIMEOUT_MS=60000 -- "$worker" choices 2>&1)
+  -x HIERCOLL_TIMEOUT_MS=60000 -- "$worker" choices 2>&1)
 python3 - "$CLUSTER_RATE" "$CLUSTER_DELAY" "$out" <<'PY'
 import re, sys
 rate, delay, out = sys.argv[1:]
@@ -16,9 +16,10 @@ value, unit = re.fullmatch(r"([0-9.]+)([kmg]bit)", rate).groups()
 rate_gbps = float(value) * units[unit] / 1e9
 value, unit = re.fullmatch(r"([0-9.]+)(us|ms|s)", delay).groups()
 delay_us = float(value) * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
-m = re.search(r"link probe, .* latency ([0-9.e+-]+) us, bandwidth ([0-9.e+-]+) GB/s", out)
+# Communicator::tuning() as the worker prints it: the cost model's figures, the probe's where it ran.
+m = re.search(r"TUNING rank=0 net_us=(\S+) net_gbps=(\S+) probed=1", out)
 if not m:
-    sys.exit("no link probe line in the output:\n" + out)
+    sys.exit("no probed TUNING line from rank 0 in the output:\n" + out)
 latency, bandwidth = float(m.group(1)), float(m.group(2))
 print(f"link probe: latency {latency:.0f} us ({latency / delay_us:.2f} x the {delay_us:.0f} us delay), "
       f"bandwidth {bandwidth:.4f} GB/s ({bandwidth / rate_gbps:.2f} x the {rate_gbps:.4f} GB/s rate)")

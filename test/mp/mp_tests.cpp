@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include "fuzz.hpp"
@@ -109,62 +110,86 @@ TEST_CASE("ranks are grouped into nodes by HIERCOLL_NODE_ID", "[mp][hier]") {
   }
 }
 
+// A rank's Communicator::tuning(), as hiercoll_mp_worker prints it (print_tuning).
+struct TuningLine {
+  double net_us = -1, net_gbps = -1;
+  bool probed = false;
+  long long chunk = -1, slots = -1;
+  std::string figures;  // the network figures as printed, exactly
+};
+std::optional<TuningLine> tuning_of(const std::string& output) {
+  static const std::regex line(R"(TUNING rank=\d+ net_us=(\S+) net_gbps=(\S+) probed=([01]) chunk=(\d+) slots=(\d+))");
+  std::smatch m;
+  if (!std::regex_search(output, m, line)) return std::nullopt;
+  return TuningLine{std::stod(m[1]), std::stod(m[2]), m[3] == "1", std::stoll(m[4]), std::stoll(m[5]),
+                    m[1].str() + " " + m[2].str()};
+}
+
 // The start-up link probe measures the fabric between nodes 0 and 1; rank 0 hands its figures to every rank, so every
 // rank's cost model chooses alike. (Its figures against a shaped link: test/cluster/link_probe_check.sh.)
 TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]") {
   auto shape = GENERATE(Shape{"2x2", {0, 0, 1, 1}}, Shape{"3x1", {0, 1, 2}}, Shape{"irregular 1+2", {0, 1, 1}});
-  auto options = loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", "2M"}});
+  auto options = loopback({{"HIERCOLL_NET_PROBE_BYTES", "2M"}});
   options.node_of = shape.node_of;
   auto result = launch(static_cast<int>(shape.node_of.size()), HIERCOLL_MP_WORKER, {"choices"}, options);
   INFO(shape.name << "\n" << result.report());
   REQUIRE(result.all_ok());
-  const int b = static_cast<int>(std::find(shape.node_of.begin(), shape.node_of.end(), 1) - shape.node_of.begin());
-  const std::regex probe_line("link probe, rank 0 -> rank " + std::to_string(b) +
-                              ", 2097152 B in [0-9.e+-]+ ms: latency ([0-9.e+-]+) us, bandwidth ([0-9.e+-]+) GB/s; "
-                              "the cost model uses ([0-9.e+-]+) us, ([0-9.e+-]+) GB/s");
-  std::smatch m;
-  REQUIRE(std::regex_search(result.ranks[0].output, m, probe_line));
-  CHECK(m[1] == m[3]);
-  CHECK(m[2] == m[4]);
-  CHECK(std::stod(m[1]) > 0);
-  CHECK(std::stod(m[2]) > 0);
-  // The tuning table is the model's with those figures.
-  CHECK(result.ranks[0].output.find("network " + m[3].str() + " us, " + m[4].str() + " GB/s") != std::string::npos);
+  const auto first = tuning_of(result.ranks[0].output);
+  REQUIRE(first);
+  CHECK(first->probed);
+  CHECK(first->net_us > 0);
+  CHECK(first->net_gbps > 0);
+  CHECK_FALSE((first->net_us == 30 && first->net_gbps == 1));  // measured, not the defaults
   const std::regex choices("CHOICES[a-z ]+");
-  std::smatch first;
-  REQUIRE(std::regex_search(result.ranks[0].output, first, choices));
+  std::smatch first_choices;
+  REQUIRE(std::regex_search(result.ranks[0].output, first_choices, choices));
   for (size_t r = 1; r < shape.node_of.size(); ++r) {
-    std::smatch mine;
-    REQUIRE(std::regex_search(result.ranks[r].output, mine, choices));
-    CHECK(mine.str() == first.str());
+    const auto mine = tuning_of(result.ranks[r].output);
+    REQUIRE(mine);
+    CHECK(mine->figures == first->figures);
+    std::smatch mine_choices;
+    REQUIRE(std::regex_search(result.ranks[r].output, mine_choices, choices));
+    CHECK(mine_choices.str() == first_choices.str());
   }
 }
 
 TEST_CASE("network figures set in the environment win over the link probe, which one node or a 0-byte probe skips",
           "[mp][hier]") {
-  auto options =
-      loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", "1M"}, {"HIERCOLL_NET_BW_GBPS", "7"}});
+  auto options = loopback({{"HIERCOLL_NET_PROBE_BYTES", "1M"}, {"HIERCOLL_NET_BW_GBPS", "7"}});
   options.node_of = {0, 1};
   auto result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
   INFO(result.report());
   REQUIRE(result.all_ok());
-  const std::regex probe_line("bandwidth [0-9.e+-]+ GB/s; the cost model uses ([0-9.e+-]+) us, 7 GB/s");
-  std::smatch m;
-  CHECK(std::regex_search(result.ranks[0].output, m, probe_line));
+  for (const auto& rank : result.ranks) {
+    const auto tuning = tuning_of(rank.output);
+    REQUIRE(tuning);
+    CHECK(tuning->probed);  // the latency was left to measure
+    CHECK(tuning->net_gbps == 7);
+  }
 
   options.env["HIERCOLL_NET_LAT_US"] = "40";  // both set: nothing left to measure
   result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
   REQUIRE(result.all_ok());
-  CHECK(result.ranks[0].output.find("link probe") == std::string::npos);
-  CHECK(result.ranks[0].output.find("network 40 us, 7 GB/s") != std::string::npos);
+  for (const auto& rank : result.ranks) {
+    const auto tuning = tuning_of(rank.output);
+    REQUIRE(tuning);
+    CHECK_FALSE(tuning->probed);
+    CHECK(tuning->net_us == 40);
+    CHECK(tuning->net_gbps == 7);
+  }
 
   for (auto [nodes, bytes] : {std::pair<std::vector<int>, std::string>{{0, 0}, "1M"}, {{0, 1}, "0"}}) {
-    auto plain = loopback({{"HIERCOLL_DEBUG", "INFO"}, {"HIERCOLL_NET_PROBE_BYTES", bytes}});
+    auto plain = loopback({{"HIERCOLL_NET_PROBE_BYTES", bytes}});
     plain.node_of = nodes;
     result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, plain);
     REQUIRE(result.all_ok());
-    CHECK(result.ranks[0].output.find("link probe") == std::string::npos);
-    CHECK(result.ranks[0].output.find("network 30 us, 1 GB/s") != std::string::npos);  // the defaults
+    for (const auto& rank : result.ranks) {
+      const auto tuning = tuning_of(rank.output);
+      REQUIRE(tuning);
+      CHECK_FALSE(tuning->probed);
+      CHECK(tuning->net_us == 30);  // the defaults
+      CHECK(tuning->net_gbps == 1);
+    }
   }
 }
 
@@ -176,23 +201,27 @@ TEST_CASE("between nodes over RxM, network messages fit its eager size unless HI
     const char* name;
     std::vector<int> node_of;
     std::map<std::string, std::string> env;
-    std::string want;
+    long long chunk, slots;
   };
   const std::vector<Case> cases = {
-      {"2 nodes", {0, 0, 1, 1}, {}, "chunk 16384 B x 256 slots"},
-      {"1 node", {0, 0, 0, 0}, {}, "chunk 1048576 B x 4 slots"},
-      {"2 nodes, chunk set", {0, 0, 1, 1}, {{"HIERCOLL_CHUNK_BYTES", "64K"}}, "chunk 65536 B x 4 slots"},
-      {"2 nodes, RxM buffer set", {0, 0, 1, 1}, {{"FI_OFI_RXM_BUFFER_SIZE", "32768"}}, "chunk 32768 B x 128 slots"},
+      {"2 nodes", {0, 0, 1, 1}, {}, 16384, 256},
+      {"1 node", {0, 0, 0, 0}, {}, 1048576, 4},
+      {"2 nodes, chunk set", {0, 0, 1, 1}, {{"HIERCOLL_CHUNK_BYTES", "64K"}}, 65536, 4},
+      {"2 nodes, RxM buffer set", {0, 0, 1, 1}, {{"FI_OFI_RXM_BUFFER_SIZE", "32768"}}, 32768, 128},
   };
   for (const Case& c : cases) {
     auto options = loopback();
     options.node_of = c.node_of;
-    options.env["HIERCOLL_DEBUG"] = "INFO";
     for (const auto& [key, value] : c.env) options.env[key] = value;
     auto result = launch(4, HIERCOLL_MP_WORKER, {"layout"}, options);
     INFO(c.name << "\n" << result.report());
     REQUIRE(result.all_ok());
-    for (int r = 0; r < 4; ++r) CHECK(result.ranks[r].output.find(c.want) != std::string::npos);
+    for (int r = 0; r < 4; ++r) {
+      const auto tuning = tuning_of(result.ranks[r].output);
+      REQUIRE(tuning);
+      CHECK(tuning->chunk == c.chunk);
+      CHECK(tuning->slots == c.slots);
+    }
   }
 }
 

@@ -477,10 +477,19 @@ void run_hang(Communicator& comm) {
 }
 
 // Prints the layout the communicator found, for the test to compare with what it launched.
+// The figures and sizes the communicator chose its schedules with (Communicator::tuning), exactly.
+void print_tuning(const Communicator& comm) {
+  const hiercoll::Tuning t = comm.tuning();
+  std::printf("TUNING rank=%d net_us=%.17g net_gbps=%.17g probed=%d chunk=%zu slots=%d piece=%zu\n", comm.rank(),
+              t.net_latency_us, t.net_bandwidth_gbps, t.net_probed ? 1 : 0, t.chunk_bytes, t.pipeline_slots,
+              t.node_piece_bytes);
+}
+
 void run_layout(Communicator& comm) {
   const Layout& layout = comm.layout();
   std::printf("LAYOUT rank=%d node=%d local_rank=%d local_size=%d nodes=%d algo64M=%s\n", comm.rank(), layout.node,
               layout.local_rank, layout.local_size, layout.node_count, comm.allreduce_algorithm(64 << 20).c_str());
+  print_tuning(comm);
 }
 
 // Rails: every rank's NIC (Communicator::fabric_nic) gathered through the communicator. Local rank l of every node
@@ -591,6 +600,7 @@ void run_choices(Communicator& comm) {
   std::string line = "CHOICES";
   for (size_t bytes = 8; bytes <= (128u << 20); bytes *= 8) line += " " + comm.allreduce_algorithm(bytes);
   std::printf("%s\n", line.c_str());
+  print_tuning(comm);
 }
 
 // With the mismatch check on, ranks that call different collectives all get a clear error.
@@ -1108,7 +1118,10 @@ int main(int argc, char** argv) {
     else if (scenario == "choices") run_choices(comm);
     else if (scenario == "rails") run_rails(comm, argc > 2 ? std::atoi(argv[2]) : 1);
     else if (scenario == "turn-returns") run_turn_returns(comm);
-    else if (scenario == "hello") std::printf("rank %d of %d\n", comm.rank(), comm.size());
+    else if (scenario == "hello") {
+      std::printf("rank %d of %d\n", comm.rank(), comm.size());
+      print_tuning(comm);
+    }
     else if (scenario == "limits") print_limits(comm);
     else if (scenario == "scale") run_scale(comm);
     else if (scenario == "nic") std::printf("rank %d NIC %s\n", comm.rank(), comm.fabric_nic().c_str());
