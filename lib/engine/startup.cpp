@@ -1,0 +1,487 @@
+// Start-up: the constructor, the bootstrap through the store (node ids, the peer watch, the endpoint's addresses,
+// the node's shared memory), the link probe, and the waits on the store that end when the peer watch reports a
+// death. The rest of the communicator (queue, progress thread, failures) is communicator_impl.cpp.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "algo/algorithms.hpp"
+#include "algo/background.hpp"
+#include "base/limits.hpp"
+#include "base/log.hpp"
+#include "engine/communicator_impl.hpp"
+#include "hiercoll/errors.hpp"
+#include "reduce/reduce.hpp"
+#include "topo/cpus.hpp"
+#include "topo/net.hpp"
+#include "transport/memory/memory_fabric.hpp"
+
+namespace hiercoll::engine {
+namespace {
+
+uint16_t context_of(const std::string& name) {
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (unsigned char c : name) hash = (hash ^ c) * 16777619u;
+  return static_cast<uint16_t>(hash ^ (hash >> 16));
+}
+
+// Communicators made with the same name on one store get distinct key spaces: every rank makes them in the same
+// order, so the k-th communicator named N that a rank makes on a store uses prefix "N#k". The count is kept in the
+// store, per rank, rather than in the process: ranks may be threads of one process, and a process may make
+// communicators on several stores.
+std::string next_instance_name(Store& store, const std::string& name, int rank) {
+  const int64_t made = store.add("hiercoll/made/" + name + "/" + std::to_string(rank), 1);
+  return name + "#" + std::to_string(made - 1);
+}
+
+// A published address travels with the identity of the network it was made in (host name and network namespace),
+// so that ranks can tell two hosts publishing one address from ranks of one host sharing it.
+Store::Bytes with_network(const std::vector<uint8_t>& address) {
+  const std::string network = topo::network_identity();
+  Store::Bytes value(2 + address.size() + network.size());
+  value[0] = static_cast<uint8_t>(address.size() >> 8);
+  value[1] = static_cast<uint8_t>(address.size() & 0xff);
+  std::copy(address.begin(), address.end(), value.begin() + 2);
+  std::copy(network.begin(), network.end(), value.begin() + 2 + static_cast<long>(address.size()));
+  return value;
+}
+
+std::pair<std::vector<uint8_t>, std::string> split_network(const Store::Bytes& value, int rank) {
+  const size_t length = value.size() >= 2 ? (size_t{value[0]} << 8 | value[1]) : 0;
+  if (value.size() < 2 || value.size() < 2 + length) {
+    throw RemoteError("Communicator::create: rank " + std::to_string(rank) + "'s address record is malformed (" +
+                      std::to_string(value.size()) + " bytes): a rank of another hiercoll version?");
+  }
+  return {std::vector<uint8_t>(value.begin() + 2, value.begin() + 2 + static_cast<long>(length)),
+          std::string(value.begin() + 2 + static_cast<long>(length), value.end())};
+}
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      settings_(base::Settings::from_env()),
+      flight_(settings_.flight_entries),
+      timeout_ms_(options_.timeout.count()) {
+  if (!store) throw InvalidUsageError("Communicator::create: store is null");
+  if (size < 1 || size > algo::kMaxWorldRanks) {
+    throw InvalidUsageError("Communicator::create: size " + std::to_string(size) + " is outside 1.." +
+                            std::to_string(algo::kMaxWorldRanks));
+  }
+  if (rank < 0 || rank >= size) {
+    throw InvalidUsageError("Communicator::create: rank " + std::to_string(rank) + " is outside 0.." +
+                            std::to_string(size - 1));
+  }
+  // HIERCOLL_TIMEOUT_MS, when set, wins over the caller's timeout (torch's group timeout included): one limit for a
+  // whole job or test run, whatever each call site asks.
+  if (settings_.timeout_from_env) {
+    options_.timeout = std::chrono::milliseconds(settings_.timeout_ms);
+    timeout_ms_ = settings_.timeout_ms;
+  }
+  if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
+  // Rank 0 holds a connection per rank for the peer watch, and for the store where it serves one; every rank may
+  // hold one per peer on a connection-oriented provider. Raised everywhere; too few is an error where it is sure
+  // to bite, on rank 0.
+  const size_t own_descriptors = 256;  // the endpoint, shared memory, the provider's own, the caller's
+  if (rank == 0) {
+    base::require_descriptors(own_descriptors + 2 * static_cast<size_t>(size),
+                              "rank 0 of " + std::to_string(size) + " ranks (a store and a peer-watch connection per "
+                              "rank)");
+  } else {
+    base::raise_descriptor_limit();
+  }
+  base::set_log_rank(rank);
+
+  algo_config_.chunk_bytes = settings_.chunk_bytes;
+  algo_config_.slots = settings_.pipeline_slots;
+  cost_model_ = algo::CostModel::from(settings_);
+
+  for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
+  instance_ = next_instance_name(*store, options_.name, rank);
+  const std::string& instance = instance_;
+  context_ = context_of(instance);
+  store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
+  try {
+    bootstrap(*store_, instance);
+    thread_ = std::thread([this] { progress_loop(); });
+    // Everyone has connected and attached once this barrier passes: the shared-memory segment's name is no longer
+    // needed. Through the node's memory where the fabric opens later: it says nothing of the fabric then.
+    enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [this](algo::Channel& ch) {
+      if (deferred_) {
+        algo::barrier_node(algo::Issue::of(ch), host_memory_);
+      } else {
+        algo::barrier_dissemination(ch);
+      }
+    }).wait();
+    if (arena_) arena_->unlink();
+    measure_link();
+  } catch (...) {
+    // A constructor that throws runs no destructor: the progress thread must be joined here, or destroying the
+    // joinable std::thread member terminates the process instead of raising the error. The peers hear that this
+    // rank aborted: they fail now rather than wait for it to the timeout.
+    stop_progress();
+    if (watch_) watch_->leave(/*aborted=*/true);
+    throw;
+  }
+  if (deferred_) deferred_->start();
+  HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
+                                       << (deferred_ ? std::string("(opening after create)") : endpoint_->provider())
+                                       << ", reduce isa "
+                                       << reduce::to_string(reduce::active_isa()) << ", chunk "
+                                       << algo_config_.chunk_bytes << " B x " << algo_config_.slots
+                                       << " slots, node piece " << cost_model_.shm_piece_bytes << " B");
+  if (rank_ == 0) {
+    HIERCOLL_LOG(kInfo, "layout " << layout_.describe() << "; hierarchical allreduce "
+                                  << (selector_->hierarchical_eligible() ? "available" : "unavailable"));
+    HIERCOLL_LOG(kInfo, selector_->tuning_table());
+    HIERCOLL_LOG(kInfo, "machine: " << detect_machine().describe());
+  }
+}
+
+void CommunicatorImpl::measure_link() {
+  // The cost model's network figures decide between the ring, recursive doubling and the hierarchical and sharded
+  // schedules; configured ones (HIERCOLL_NET_*) are a guess that can be 50x off between a 1 Gbit/s link and a
+  // 400 Gbit/s fabric. So the first ranks of nodes 0 and 1 measure theirs. Those set in the environment win.
+  if (layout_.node_count < 2 || settings_.net_probe_bytes == 0) return;
+  if (settings_.net_bw_from_env && settings_.net_lat_from_env) return;
+  const int a = layout_.rank_at(0, 0), b = layout_.rank_at(1, 0);
+  const size_t bytes = settings_.net_probe_bytes;
+  algo::LinkFigures measured;
+  const auto start = algo::Clock::now();
+  enqueue_collective("link probe", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [&](algo::Channel& ch) {
+    measured = algo::probe_link(ch, a, b, bytes);
+  }).wait();
+  const double ms = std::chrono::duration<double, std::milli>(algo::Clock::now() - start).count();
+  net_probed_ = true;
+  if (!settings_.net_lat_from_env) cost_model_.net.latency_us = measured.latency_us;
+  if (!settings_.net_bw_from_env) cost_model_.net.bandwidth_gbps = measured.bandwidth_gbps;
+  // Both were made with the configured figures before the probe could run (it needs the communicator).
+  if (layout_.regular()) hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
+  selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, selector_->hierarchical_eligible(),
+                                                        settings_.algo);
+  if (rank_ == 0) {
+    HIERCOLL_LOG(kInfo, "link probe, rank " << a << " -> rank " << b << ", " << bytes << " B in " << ms
+                                            << " ms: latency " << measured.latency_us << " us, bandwidth "
+                                            << measured.bandwidth_gbps << " GB/s; the cost model uses "
+                                            << cost_model_.net.latency_us << " us, " << cost_model_.net.bandwidth_gbps
+                                            << " GB/s");
+  }
+}
+
+void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
+  // The node identity is published first: once a rank's address is there, so is its node.
+  std::string node_id = options_.node.empty() ? settings_.node_id : options_.node;
+  if (node_id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    node_id = host;
+  }
+  PeerWatch::Options watch;
+  watch.rank = rank_;
+  watch.size = size_;
+  watch.heartbeat_timeout = std::chrono::milliseconds(settings_.heartbeat_timeout_ms);
+  watch.connect_timeout = options_.timeout;
+  watch.socket_ifname = settings_.socket_ifname;
+  auto report = [this](const PeerWatch::Loss& loss) {
+    halt(loss.reason, base::Failure::Lost{loss.rank, loss.connection_closed}, loss.gave_up);
+  };
+  // The watch comes first, so that a rank dying anywhere in the rest of start-up is noticed at once (waits on the
+  // store below give up when the watch reports it), not at the timeout. Rank 0 publishes the hub's contact, then its
+  // node (so whoever sees node/0 and no contact knows rank 0 runs without a watch); every other rank joins the hub
+  // before publishing anything: whoever has a rank's address has its death. A rank that dies before it joins is not
+  // seen here (launchers end such jobs: hiercoll_launch, torchrun, mpirun).
+  const bool watched = size_ > 1 && settings_.peer_watch;
+  if (watched && rank_ == 0) {
+    watch_ = PeerWatch::hub(watch, report);
+    store.set("watch", watch_->contact());
+  }
+  if (rank_ == 0) store.set("node/0", node_id);
+  if (watched && rank_ != 0) {
+    const Store::Bytes node0 = get_waiting(store, "node/0", algo::Clock::now() + options_.timeout,
+                                           [&] { return std::string("rank 0 never arrived"); });
+    if (store.check({"watch"})) {
+      const bool same_host = std::string(node0.begin(), node0.end()) == node_id;
+      watch_ = PeerWatch::spoke(watch, store.get_string("watch"), same_host, report);
+    } else {
+      HIERCOLL_LOG(kWarn, "rank 0 runs without the peer watch (HIERCOLL_PEER_WATCH=0 there): a dead rank is noticed "
+                          "at the timeout");
+    }
+  }
+  // Every rank's node first: which NIC a rank opens depends on its local rank.
+  std::vector<std::string> node_ids;
+  for (const auto& id : gather_through_store(store, "node", Store::Bytes(node_id.begin(), node_id.end())))
+    node_ids.emplace_back(id.begin(), id.end());
+  layout_ = Layout::from_node_ids(node_ids, rank_);
+  if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
+  setup_hierarchy(store, instance);
+  if (open_deferred()) {
+    // Started once create is done (the constructor), so that opening costs create nothing; `store` is *store_.
+    auto deferred = std::make_unique<transport::DeferredEndpoint>([this] {
+      const auto start = algo::Clock::now();
+      try {
+        auto endpoint = open_endpoint(*store_);
+        const double ms = std::chrono::duration<double, std::milli>(algo::Clock::now() - start).count();
+        HIERCOLL_LOG(kInfo, "fabric opened after create: provider " << endpoint->provider() << ", NIC "
+                                                                    << endpoint->domain() << ", in " << ms << " ms");
+        return endpoint;
+      } catch (const std::exception& e) {
+        // Raised by the first operation that needs the fabric; a job that never does lives without it.
+        HIERCOLL_LOG(kInfo, "the fabric did not open after create: " << e.what());
+        throw;
+      }
+    });
+    deferred_ = deferred.get();
+    endpoint_ = std::move(deferred);
+  } else {
+    endpoint_ = open_endpoint(store);
+    fit_chunks_to_provider();
+  }
+  scratch_.pin_with(endpoint_.get());
+  endpoint_open_.store(true, std::memory_order_release);
+}
+
+// On one host with the provider left to hiercoll, every collective but alltoall, reduce and the flat schedules a
+// user forces runs through the node's shared memory, and the fabric serves point-to-point work. Opening it is most
+// of what start-up costs there (libfabric's provider scan at its first fi_getinfo, the address exchange), paid by
+// every rank on the cores they share; so it opens after create, on a thread of its own, and the first operation
+// that needs it waits for it (transport::DeferredEndpoint). A provider named by the job opens inside create, so that
+// a wrong name or a rank that cannot speak to the others fails create, as it does between hosts.
+bool CommunicatorImpl::open_deferred() const {
+  const std::string& named = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
+  return layout_.node_count == 1 && size_ > 1 && named.empty() && host_memory_.peers != nullptr;
+}
+
+std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& store) {
+  transport::FabricOptions fabric;
+  fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
+  fabric.interface = settings_.fabric_iface;
+  fabric.rendezvous_host = rendezvous_host_from_env();
+  fabric.local_rank = layout_.local_rank;
+  fabric.local_size = layout_.local_size;
+  fabric.across_nodes = layout_.node_count > 1;
+  fabric.cq_wait = settings_.fabric_cq_wait;
+  fabric.force_mr = settings_.fabric_force_mr;
+  fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
+  fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
+  fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
+  std::unique_ptr<transport::Endpoint> endpoint =
+      fabric.provider == "memory" ? transport::open_memory_endpoint() : transport::open_fabric_endpoint(fabric);
+  endpoint->connect(rank_, exchange_addresses(store, *endpoint));
+  return endpoint;
+}
+
+std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store, transport::Endpoint& endpoint) {
+  const std::vector<Store::Bytes> records = gather_through_store(store, "addr", with_network(endpoint.address()));
+  std::vector<std::vector<uint8_t>> addresses;
+  std::map<std::string, std::pair<int, std::string>> first_at;  // host address -> first rank publishing it, its network
+  for (int r = 0; r < size_; ++r) {
+    auto [address, network] = split_network(records[static_cast<size_t>(r)], r);
+    const std::string host = endpoint.host_of(address);
+    if (!host.empty()) {
+      auto [seen, fresh] = first_at.emplace(host, std::make_pair(r, network));
+      if (!fresh && seen->second.second != network) {
+        // Every rank reads the same records, so every rank fails here, at once, with the same message.
+        throw InvalidUsageError(
+            "Communicator::create: ranks " + std::to_string(seen->second.first) + " and " + std::to_string(r) +
+            " are on different hosts (" + seen->second.second + ", " + network + ") but both publish address " + host +
+            ": the NIC they chose is host-only and reaches neither from the other (this rank's: " +
+            endpoint.domain() + " of provider " + endpoint.provider() +
+            "). Set HIERCOLL_FABRIC_IFACE to the NIC that connects the hosts (`ip -br addr`)");
+      }
+    }
+    addresses.push_back(std::move(address));
+  }
+  return addresses;
+}
+
+void CommunicatorImpl::fail_if_halted(Store& store, const std::vector<std::string>& keys,
+                                      const std::function<std::string()>& missing) {
+  if (!aborted_) return;
+  base::Failure failure{ErrorCode::kRemoteError, {}};
+  explain_halt(failure, "Communicator::create");
+  // A rank that gave up (alive, it aborted) most likely timed out on a rank that never arrived, which this rank
+  // is still waiting for too: then that is the failure here as well, a timeout naming the missing, whichever
+  // rank's clock ran out first (start-up under load staggers them by seconds). A rank that died is the failure.
+  try {
+    if (!store.check(keys)) {
+      const std::string absent = missing();
+      std::lock_guard<std::mutex> lock(halt_mutex_);
+      if (halt_peer_gave_up_) {
+        failure.code = ErrorCode::kTimeout;
+        failure.lost.reset();
+        failure.message = "Communicator::create: " + absent + " (communicator '" + options_.name + "'); " +
+                          halt_->message + ", before this rank's own " + std::to_string(options_.timeout.count()) +
+                          " ms ran out";
+      } else {
+        failure.message += "; still waiting here: " + absent;
+      }
+    }
+  } catch (const Error&) {  // the store went with the rank that served it
+  }
+  base::throw_failure(failure);
+}
+
+Store::Bytes CommunicatorImpl::get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
+                                           const std::function<std::string()>& missing,
+                                           const std::function<void()>& on_slow) {
+  // Slices only so that a death the peer watch reports ends the wait between them; without the watch nothing can
+  // end it early: one read, held by the server, for all of the time left.
+  constexpr std::chrono::milliseconds kFirstSlice{50}, kLongestSlice{1000};
+  auto slice = watch_ ? kFirstSlice : options_.timeout;
+  for (int attempt = 0;; ++attempt) {
+    fail_if_halted(store, {key}, missing);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - algo::Clock::now());
+    if (left.count() <= 0) break;
+    if (attempt == 1 && on_slow) on_slow();
+    try {
+      return store.get_within(key, std::min(slice, left));
+    } catch (const TimeoutError&) {
+    }
+    slice = std::min(slice * 2, kLongestSlice);
+  }
+  fail_if_halted(store, {key}, missing);
+  throw TimeoutError("Communicator::create: " + missing() + " within " + std::to_string(options_.timeout.count()) +
+                     " ms (communicator '" + options_.name + "')");
+}
+
+// Start-up's exchange, at O(N) requests to the store's server (one process's thread, rank 0's with hiercoll's own
+// store): every other rank publishes its record, rank 0 reads them in rank order, each read held by the server
+// until the record is there (no polling), and publishes them as one value, which every other rank reads once. Each
+// rank makes two requests and rank 0 2N; the N records travel twice. Reading all N keys on every rank instead made
+// N^2 requests, and their polls more, to one thread: over 2 million before the first collective at 1,024 ranks.
+std::vector<Store::Bytes> CommunicatorImpl::gather_through_store(Store& store, const std::string& name,
+                                                                 const Store::Bytes& mine) {
+  const auto deadline = algo::Clock::now() + options_.timeout;
+  const std::string n_text = std::to_string(size_);
+  // Who has not published: from `first` on (the ranks before it are known to have), one check each. Only a
+  // failing start-up asks.
+  auto missing_from = [&](int first) {
+    std::string list;
+    for (int r = std::max(first, 1); r < size_; ++r) {
+      if (!store.check({name + "/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return list.empty() ? "rank 0 had every rank's " + name + " record but did not publish them (stuck or dead)"
+                        : "rank(s) " + list + " of " + n_text + " never arrived";
+  };
+  std::vector<Store::Bytes> all(static_cast<size_t>(size_));
+  if (rank_ == 0) {
+    all[0] = mine;
+    for (int r = 1; r < size_; ++r) {
+      // Late ranks are common under load; the others, waiting on rank 0, read where it stands from "waiting".
+      all[static_cast<size_t>(r)] = get_waiting(store, name + "/" + std::to_string(r), deadline,
+                                                [&] { return missing_from(r); },
+                                                [&] { store.set(name + "/waiting", std::to_string(r)); });
+    }
+    Store::Bytes blob;
+    for (const auto& record : all) {
+      const auto length = static_cast<uint32_t>(record.size());
+      blob.insert(blob.end(), reinterpret_cast<const uint8_t*>(&length), reinterpret_cast<const uint8_t*>(&length) + 4);
+      blob.insert(blob.end(), record.begin(), record.end());
+    }
+    store.set(name + "/all", blob);
+    return all;
+  }
+  store.set(name + "/" + std::to_string(rank_), mine);
+  const Store::Bytes blob = get_waiting(store, name + "/all", deadline, [&] {
+    int first = 1;
+    try {
+      if (store.check({name + "/waiting"})) first = std::stoi(store.get_string(name + "/waiting"));
+    } catch (const std::exception&) {
+    }
+    return missing_from(first);
+  });
+  size_t at = 0;
+  for (int r = 0; r < size_; ++r) {
+    uint32_t length = 0;
+    if (blob.size() - at < 4) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
+    std::memcpy(&length, blob.data() + at, 4);
+    at += 4;
+    if (blob.size() - at < length) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
+    all[static_cast<size_t>(r)].assign(blob.begin() + static_cast<std::ptrdiff_t>(at),
+                                       blob.begin() + static_cast<std::ptrdiff_t>(at + length));
+    at += length;
+  }
+  return all;
+}
+
+void CommunicatorImpl::fit_chunks_to_provider() {
+  // Over RxM a message above the eager size waits for a handshake whose control messages share one TCP connection
+  // with the bulk data flowing the other way, so a pair exchanging both ways (a 2-node ring, the rails of the
+  // hierarchical allreduce, the sharded servers) gets about half the link (figures: `git log -S
+  // fit_chunks_to_provider`). On one node no link is shared and large messages cost less CPU, so only between
+  // nodes, and never over a user's HIERCOLL_CHUNK_BYTES. The bytes in flight stay as they were.
+  const size_t eager = endpoint_->eager_bytes();
+  if (eager == 0 || layout_.node_count < 2 || settings_.chunk_from_env || eager >= algo_config_.chunk_bytes) return;
+  const size_t in_flight = algo_config_.chunk_bytes * static_cast<size_t>(algo_config_.slots);
+  algo_config_.chunk_bytes = eager;
+  if (!settings_.slots_from_env) algo_config_.slots = static_cast<int>(std::max<size_t>(1, in_flight / eager));
+}
+
+void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance) {
+  host_memory_.queue = &host_queue_;
+  // A rank waiting on a node flag spins before it sleeps. Where the node's ranks outnumber the cores they share, its
+  // first polls without yielding hold the core the awaited peer needs (a small allreduce several times slower
+  // than yielding from the first poll). Where each rank has a core, yields only delay noticing the flag.
+  const int cpus = topo::cpus_for_local_ranks();
+  const bool yield = settings_.spin_yield == "auto" ? layout_.local_size > cpus : settings_.spin_yield == "1";
+  host_queue_.set_yield(yield);
+  if (rank_ == 0) {
+    HIERCOLL_LOG(kInfo, "node flag waits " << (yield ? "yield the core while they spin" : "spin without yielding")
+                                           << " (" << layout_.local_size << " local ranks, " << cpus
+                                           << " CPUs, HIERCOLL_SPIN_YIELD=" << settings_.spin_yield << ")");
+  }
+  hierarchy_.local_rank = layout_.local_rank;
+  hierarchy_.local_size = layout_.local_size;
+  hierarchy_.node = layout_.node;
+  bool ready = layout_.regular() && layout_.local_size > 1;
+  if (layout_.regular()) {
+    for (int n = 0; n < layout_.node_count; ++n) hierarchy_.rail.push_back(layout_.rank_at(n, layout_.local_rank));
+    hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
+  }
+  if (ready) {
+    transport::sweep_stale_segments();
+    const std::string key = "shm/" + std::to_string(layout_.node);
+    const int buffers = algo::kHierBufferSets;
+    if (layout_.local_rank == 0) {
+      char tag[64];
+      std::snprintf(tag, sizeof(tag), "%04x-%d", context_of(instance), layout_.node);
+      arena_ = transport::NodeArena::create(tag, layout_.local_size, buffers, cost_model_.shm_piece_bytes);
+      store.set(key, arena_->name());
+    } else {
+      const std::string maker = "rank " + std::to_string(layout_.rank_at(layout_.node, 0)) + " (local rank 0 of node " +
+                                std::to_string(layout_.node) + ", which makes the node's shared memory)";
+      const Store::Bytes name = get_waiting(store, key, algo::Clock::now() + options_.timeout, [&] {
+        return maker + " did not publish it: dead, or stuck in start-up";
+      });
+      try {
+        arena_ = transport::NodeArena::attach(std::string(name.begin(), name.end()), layout_.local_rank,
+                                              layout_.local_size, buffers, cost_model_.shm_piece_bytes);
+      } catch (const RemoteError& e) {
+        throw RemoteError("Communicator::create: " + maker + " died after publishing it: " + e.what());
+      }
+    }
+    host_memory_.peers = arena_.get();
+    // Not where the node's ranks outnumber its cores: there each rank's reads of every peer cost more than the
+    // staged rounds (4 ranks on 2 cores, allgather of 64 KB to 16 MB: 1.3-2x the time).
+    host_memory_.direct_bytes = layout_.local_size > cpus ? 0 : settings_.cma_bytes;
+    if (settings_.net_staging && layout_.node_count > 1) {
+      // The inter-node phase works on buffers of ours rather than on the caller's: on providers that register
+      // memory (EFA), these are registered once instead of every caller buffer. It is the device path's flow.
+      const size_t bytes = cost_model_.shm_piece_bytes / static_cast<size_t>(layout_.local_size) + 128;
+      for (int s = 0; s < algo::kHierBufferSets; ++s) {
+        host_staging_[s].assign((bytes + 7) / 8, 0);
+        host_memory_.network_staging[s] = reinterpret_cast<uint8_t*>(host_staging_[s].data());
+      }
+    }
+    network_worker_ = std::make_unique<algo::BackgroundWorker>();
+    hierarchy_.network = network_worker_.get();
+  }
+  selector_ = std::make_unique<algo::AllreduceSelector>(cost_model_, layout_, ready, settings_.algo);
+}
+
+}  // namespace hiercoll::engine
