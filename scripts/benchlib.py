@@ -3,6 +3,7 @@ command with its output echoed, starting a *_perf benchmark on loopback or the e
 the marked sections of a document that one script writes and the others keep, and their text wrapped; the torchrun
 command line and environment of the torch-level benchmarks (bench-torch, bench-tp-decode); medians of alternated
 runs and sizes in words for the tables (bench-compare, bench-peers)."""
+import json
 import os
 import re
 import socket
@@ -171,6 +172,17 @@ def human(b):
         if b >= scale:
             return f"{b // scale} {unit}"
     return f"{b} B"
+
+
+def memcpy_gbps():
+    """This host's memcpy rate now (GB/s of memory traffic, read plus write, of 16 MB copies: `hiercoll_micro
+    --benchmark_filter=^BM_Memcpy/`): on a shared host it moves from day to day, and every one-host figure of
+    memory-bound work moves with it."""
+    out = run([os.path.join(BUILD, "bench", "hiercoll_micro"), "--benchmark_filter=^BM_Memcpy/",
+               "--benchmark_format=json", "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"])
+    report = json.loads(out)
+    median = [b for b in report["benchmarks"] if b.get("aggregate_name") == "median"]
+    return (median or report["benchmarks"])[0]["bytes_per_second"] / 1e9
 
 
 def free_port():
