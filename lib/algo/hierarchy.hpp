@@ -1,6 +1,7 @@
 #pragma once
 // What the hierarchical algorithms need to know about the node structure, prepared once per communicator.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -23,11 +24,18 @@ inline constexpr size_t kOneShotBytes = 16 << 10;
 
 /// Where the intra-node phases run: the node's peer memory and the queue that moves data through it.
 /// Shared memory with a HostQueue for host buffers; CUDA IPC with a CudaQueue for device buffers.
+/// One network staging buffer (NodeMemory::network_staging): the inter-node phase of a slot works on one local rank's
+/// shard of a piece, area / L rounded up to whole cache lines, so a line at each end beyond area / L.
+inline size_t network_staging_bytes(size_t area_bytes, int local_size) {
+  return area_bytes / static_cast<size_t>(local_size) + 128;
+}
+
 struct NodeMemory {
   transport::PeerMemory* peers = nullptr;  ///< null if alone on the node
   device::Queue* queue = nullptr;
   /// Host memory for the inter-node phase of each slot when the queue works on device memory (pinned, at least
-  /// peers->area_bytes() / local_size + 64 bytes each); null for host queues, whose data the network reads in place.
+  /// network_staging_bytes() each); null for host queues, whose data the network reads in place (unless
+  /// HIERCOLL_NET_STAGING asks for buffers of ours).
   uint8_t* network_staging[kHierBufferSets] = {nullptr, nullptr, nullptr};
   /// Pieces run through `peers` so far, over all operations: it picks the slot and the flags' generation, and
   /// runs on across operations (a fast rank may start the next one while a slow one copies out this one).

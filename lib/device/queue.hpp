@@ -53,8 +53,6 @@ inline void host_signal(const HostFlag& flag, uint64_t value) {
   flag_word(flag.host_side, 0).store(value, std::memory_order_release);
 }
 
-inline constexpr int kMaxFlagsPerWait = 64;
-
 class Queue {
  public:
   virtual ~Queue() = default;
@@ -72,7 +70,8 @@ class Queue {
   virtual void signal(uint64_t* flag, uint64_t generation, uint64_t signature) = 0;
   /// Work enqueued later starts once every flags[k][0] >= generation. A flag whose signature differs from
   /// `signature` (non-zero) fails the queue with InvalidUsageError naming local rank k; a flag that stays
-  /// behind past the deadline fails it with TimeoutError. At most kMaxFlagsPerWait flags.
+  /// behind past the deadline fails it with TimeoutError. A CudaQueue takes at most kMaxWaitFlags (64) flags
+  /// (device/cuda/sync_kernels.cuh) and refuses more with InvalidUsageError; a HostQueue any number.
   virtual void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,
                     const WaitContext& context) = 0;
 

@@ -194,8 +194,7 @@ class CudaDevicePath final : public DevicePath {
     memory_.peers = peers_.get();
     memory_.queue = &queue_;
     if (network) {
-      // The inter-node phase of a slot works on one shard of a piece: area / L rounded up to whole cache lines.
-      const size_t shard_bytes = peers_->area_bytes() / static_cast<size_t>(local_size) + 128;
+      const size_t shard_bytes = algo::network_staging_bytes(peers_->area_bytes(), local_size);
       for (int s = 0; s < algo::kHierBufferSets; ++s) {
         network_staging_[s].reserve(shard_bytes);
         memory_.network_staging[s] = static_cast<uint8_t*>(network_staging_[s].data());

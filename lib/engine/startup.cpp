@@ -472,7 +472,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     if (settings_.net_staging && layout_.node_count > 1) {
       // The inter-node phase works on buffers of ours rather than on the caller's: on providers that register
       // memory (EFA), these are registered once instead of every caller buffer. It is the device path's flow.
-      const size_t bytes = cost_model_.shm_piece_bytes / static_cast<size_t>(layout_.local_size) + 128;
+      const size_t bytes = algo::network_staging_bytes(cost_model_.shm_piece_bytes, layout_.local_size);
       for (int s = 0; s < algo::kHierBufferSets; ++s) {
         host_staging_[s].assign((bytes + 7) / 8, 0);
         host_memory_.network_staging[s] = reinterpret_cast<uint8_t*>(host_staging_[s].data());
