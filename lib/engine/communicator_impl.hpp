@@ -126,6 +126,10 @@ class CommunicatorImpl {
   std::unique_ptr<transport::Endpoint> open_endpoint(Store& store);
   /// Whether the endpoint opens after create, in the background (see the definition).
   bool open_deferred() const;
+  /// The provider the job named (CommOptions::provider, else HIERCOLL_FABRIC_PROVIDER); "" leaves it to hiercoll.
+  const std::string& named_provider() const {
+    return options_.provider.empty() ? settings_.fabric_provider : options_.provider;
+  }
   /// Every rank's endpoint address, gathered; fails at once where two hosts publish one address (a host-only
   /// interface such as docker0 chosen on both), which no rank could reach the other through.
   std::vector<std::vector<uint8_t>> exchange_addresses(Store& store, transport::Endpoint& endpoint);

@@ -45,6 +45,43 @@ DeviceIssue hier_device(CommunicatorImpl& impl, const Call& c, const void* in, v
 // ranks, every rank serving 1/n; otherwise they are the hierarchical allreduce's inter-node phase.
 bool sharded_flat(CommunicatorImpl& impl) { return !impl.hierarchical_eligible(); }
 
+// A collective through one node's peer memory, the same call whichever runs it: the progress thread on host
+// buffers (shared memory), the caller's thread on device buffers (CUDA IPC), or the caller's thread on host buffers.
+using NodeOp = void (*)(const algo::Issue& issue, algo::NodeMemory& memory, const Call& c, const void* in, void* out);
+
+template <NodeOp op>
+HostBody node_host(CommunicatorImpl& impl, const Call& c) {
+  algo::NodeMemory* memory = &impl.host_memory();
+  return [memory, c](Channel& ch, const void* in, void* out) { op(algo::Issue::of(ch), *memory, c, in, out); };
+}
+
+template <NodeOp op>
+DeviceIssue node_device(CommunicatorImpl& impl, const Call& c, const void* in, void* out) {
+  CommunicatorImpl* self = &impl;
+  return [self, c, in, out](const algo::Issue& issue, DevicePath& path) -> algo::NetworkStage::Job {
+    op(issue, self->device_node_memory(issue, path), c, in, out);
+    return nullptr;
+  };
+}
+
+template <NodeOp op>
+void node_here(CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
+  op(issue, impl.host_memory(), c, in, out);
+}
+
+void reduce_scatter_op(const algo::Issue& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
+  algo::reduce_scatter_node(issue, m, in, out, c.count, c.type, c.op);
+}
+void allgather_op(const algo::Issue& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
+  algo::allgather_node(issue, m, in, out, c.count, c.type);
+}
+void broadcast_op(const algo::Issue& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
+  algo::broadcast_node(issue, m, in, out, c.out_bytes, c.root);
+}
+void barrier_op(const algo::Issue& issue, algo::NodeMemory& m, const Call&, const void*, void*) {
+  algo::barrier_node(issue, m);
+}
+
 const Schedule kSchedules[] = {
     {Algorithm::kRing, Kind::kAllreduce,
      [](CommunicatorImpl&, const Call& c) -> HostBody {
@@ -98,62 +135,13 @@ const Schedule kSchedules[] = {
        return sharded_flat(impl) ? nullptr : hier_device(impl, c, in, out, algo::InterNode::kSharded);
      },
      nullptr},
-    // One node, through peer memory: shared memory for host buffers, CUDA IPC for device buffers.
-    {Algorithm::kNode, Kind::kReduceScatter,
-     [](CommunicatorImpl& impl, const Call& c) -> HostBody {
-       algo::NodeMemory* memory = &impl.host_memory();
-       return [memory, c](Channel& ch, const void* in, void* out) {
-         algo::reduce_scatter_node(algo::Issue::of(ch), *memory, in, out, c.count, c.type, c.op);
-       };
-     },
-     [](CommunicatorImpl& impl, const Call& c, const void* in, void* out) -> DeviceIssue {
-       CommunicatorImpl* self = &impl;
-       return [self, c, in, out](const algo::Issue& issue, DevicePath& path) -> algo::NetworkStage::Job {
-         algo::reduce_scatter_node(issue, self->device_node_memory(issue, path), in, out, c.count, c.type, c.op);
-         return nullptr;
-       };
-     },
-     [](CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
-       algo::reduce_scatter_node(issue, impl.host_memory(), in, out, c.count, c.type, c.op);
-     }},
-    {Algorithm::kNode, Kind::kAllgather,
-     [](CommunicatorImpl& impl, const Call& c) -> HostBody {
-       algo::NodeMemory* memory = &impl.host_memory();
-       return [memory, c](Channel& ch, const void* in, void* out) {
-         algo::allgather_node(algo::Issue::of(ch), *memory, in, out, c.count, c.type);
-       };
-     },
-     [](CommunicatorImpl& impl, const Call& c, const void* in, void* out) -> DeviceIssue {
-       CommunicatorImpl* self = &impl;
-       return [self, c, in, out](const algo::Issue& issue, DevicePath& path) -> algo::NetworkStage::Job {
-         algo::allgather_node(issue, self->device_node_memory(issue, path), in, out, c.count, c.type);
-         return nullptr;
-       };
-     },
-     [](CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
-       algo::allgather_node(issue, impl.host_memory(), in, out, c.count, c.type);
-     }},
-    // Host buffers only (the selector's choice): the others copy the root's data out of its area.
-    {Algorithm::kNode, Kind::kBroadcast,
-     [](CommunicatorImpl& impl, const Call& c) -> HostBody {
-       algo::NodeMemory* memory = &impl.host_memory();
-       return [memory, c](Channel& ch, const void* in, void* out) {
-         algo::broadcast_node(algo::Issue::of(ch), *memory, in, out, c.out_bytes, c.root);
-       };
-     },
-     nullptr,
-     [](CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
-       algo::broadcast_node(issue, impl.host_memory(), in, out, c.out_bytes, c.root);
-     }},
-    {Algorithm::kNode, Kind::kBarrier,
-     [](CommunicatorImpl& impl, const Call&) -> HostBody {
-       algo::NodeMemory* memory = &impl.host_memory();
-       return [memory](Channel& ch, const void*, void*) { algo::barrier_node(algo::Issue::of(ch), *memory); };
-     },
-     nullptr,
-     [](CommunicatorImpl& impl, const algo::Issue& issue, const Call&, const void*, void*) {
-       algo::barrier_node(issue, impl.host_memory());
-     }},
+    // One node, through peer memory: shared memory for host buffers, CUDA IPC for device buffers. Broadcast on host
+    // buffers only (the selector's choice); a barrier has none.
+    {Algorithm::kNode, Kind::kReduceScatter, node_host<reduce_scatter_op>, node_device<reduce_scatter_op>,
+     node_here<reduce_scatter_op>},
+    {Algorithm::kNode, Kind::kAllgather, node_host<allgather_op>, node_device<allgather_op>, node_here<allgather_op>},
+    {Algorithm::kNode, Kind::kBroadcast, node_host<broadcast_op>, nullptr, node_here<broadcast_op>},
+    {Algorithm::kNode, Kind::kBarrier, node_host<barrier_op>, nullptr, node_here<barrier_op>},
     {Algorithm::kChain, Kind::kBroadcast,
      [](CommunicatorImpl&, const Call& c) -> HostBody {
        return [c](Channel& ch, const void* in, void* out) { algo::broadcast_chain(ch, in, out, c.out_bytes, c.root); };

@@ -13,6 +13,7 @@
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "engine/communicator_impl.hpp"
+#include "engine/schedules.hpp"
 #include "hiercoll/errors.hpp"
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
@@ -111,13 +112,11 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     thread_ = std::thread([this] { progress_loop(); });
     // Everyone has connected and attached once this barrier passes: the shared-memory segment's name is no longer
     // needed. Through the node's memory where the fabric opens later: it says nothing of the fabric then.
-    enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)}, [this](algo::Channel& ch) {
-      if (deferred_) {
-        algo::barrier_node(algo::Issue::of(ch), host_memory_);
-      } else {
-        algo::barrier_dissemination(ch);
-      }
-    }).wait();
+    const Schedule& barrier =
+        schedule_of(deferred_ ? algo::Algorithm::kNode : algo::Algorithm::kDissemination, algo::Kind::kBarrier);
+    enqueue_collective("init barrier", {static_cast<uint32_t>(algo::Kind::kBarrier)},
+                       [body = barrier.host(*this, Call{})](algo::Channel& ch) { body(ch, nullptr, nullptr); })
+        .wait();
     if (arena_) arena_->unlink();
     measure_link();
   } catch (...) {
@@ -252,13 +251,12 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
 // that needs it waits for it (transport::DeferredEndpoint). A provider named by the job opens inside create, so that
 // a wrong name or a rank that cannot speak to the others fails create, as it does between hosts.
 bool CommunicatorImpl::open_deferred() const {
-  const std::string& named = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
-  return layout_.node_count == 1 && size_ > 1 && named.empty() && host_memory_.peers != nullptr;
+  return layout_.node_count == 1 && size_ > 1 && named_provider().empty() && host_memory_.peers != nullptr;
 }
 
 std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& store) {
   transport::FabricOptions fabric;
-  fabric.provider = options_.provider.empty() ? settings_.fabric_provider : options_.provider;
+  fabric.provider = named_provider();
   fabric.interface = settings_.fabric_iface;
   fabric.rendezvous_host = rendezvous_host_from_env();
   fabric.local_rank = layout_.local_rank;

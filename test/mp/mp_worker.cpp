@@ -304,6 +304,17 @@ void run_die(Communicator& comm) {
   }
 }
 
+// Each rank sends its rank to the next around the ring of ranks and returns what the previous one sent (point to
+// point, over the fabric), under `tag`.
+int32_t pass_ring_token(Communicator& comm, int tag) {
+  const int n = comm.size(), me = comm.rank();
+  int32_t token = me, got = -1;
+  auto sent = comm.send(&token, 1, DataType::kInt32, (me + 1) % n, tag);
+  comm.recv(&got, 1, DataType::kInt32, (me + n - 1) % n, tag).wait();
+  sent.wait();
+  return got;
+}
+
 // HIERCOLL_TEST_DIE_RANK is killed right after create, before any operation. On one host with no provider named the
 // fabric is still opening then, its address exchange waiting for the victim's: the survivors' point-to-point calls
 // and collectives must fail naming it, once the peer watch reports it, not at the timeout.
@@ -311,13 +322,9 @@ void run_die_after_create(Communicator& comm) {
   const char* victim_text = std::getenv("HIERCOLL_TEST_DIE_RANK");
   const int victim = victim_text ? std::atoi(victim_text) : 1;
   if (comm.rank() == victim) raise(SIGKILL);
-  const int n = comm.size(), me = comm.rank();
   try {
     for (int i = 0; i < 50; ++i) {
-      int32_t token = me, got = -1;
-      auto sent = comm.send(&token, 1, DataType::kInt32, (me + 1) % n, i);
-      comm.recv(&got, 1, DataType::kInt32, (me + n - 1) % n, i).wait();
-      sent.wait();
+      pass_ring_token(comm, i);
       float x = 1.0f;
       comm.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
     }
@@ -1014,10 +1021,7 @@ int run_store_requests() {
     return 1;
   }
   // A token around the ring of ranks: point to point, over the fabric (opened after create on one host).
-  int32_t token = job.rank, got = -1;
-  auto sent = comm.send(&token, 1, DataType::kInt32, (job.rank + 1) % job.size, 9);
-  comm.recv(&got, 1, DataType::kInt32, (job.rank + job.size - 1) % job.size, 9).wait();
-  sent.wait();
+  const int32_t got = pass_ring_token(comm, 9);
   const double fabric_ms = since_start();
   if (got != (job.rank + job.size - 1) % job.size) {
     std::printf("FAIL: rank %d got token %d\n", job.rank, got);
