@@ -4,6 +4,8 @@ round by round, on the same tensors. `fake` is torch's no-op backend (torch.test
 what torch itself costs per call, the floor under every backend. `cxx` is hiercoll's C++ API called from C++ in these
 same processes on the same tensors (CPU only; a group of its own): with it beside `hiercoll` and `fake`, what the
 binding adds (hiercoll - cxx - fake) is measured in one run, free of the drift between separate benchmark runs.
+`hiercoll-nofr` is hiercoll with torch's flight recorder hook detached: torch >= 2.15 attaches one to every group of a
+backend that does not record natively (as `fake` and gloo do), and the two side by side give the hook's cost.
 
     # one process (a GPU, or one CPU rank)
     PYTHONPATH=build/python python bench/torch/call_latency.py --device cuda --backends hiercoll,nccl,fake
@@ -40,10 +42,20 @@ def make_group(backend):
     if backend == "fake":
         # Registers the "fake" backend, whose collectives return at once without touching the tensors.
         import torch.testing._internal.distributed.fake_pg  # noqa: F401
-    elif backend in ("hiercoll", "cxx"):
+    elif backend in ("hiercoll", "hiercoll-nofr", "cxx"):
         import hiercoll_torch  # noqa: F401
-        return dist.new_group(backend="hiercoll")
+        group = dist.new_group(backend="hiercoll")
+        if backend == "hiercoll-nofr":  # without the flight recorder torch >= 2.15 attaches (TORCH_FR_BUFFER_SIZE=0)
+            hook = getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {}).pop(group, None)
+            if hook is not None:
+                hook.remove()
+        return group
     return dist.new_group(backend=backend)
+
+
+def flight_recorded(group):
+    """Whether torch's flight recorder hook is attached to `group` (torch >= 2.15, not TORCH_FR_BUFFER_SIZE=0)."""
+    return group in getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {})
 
 
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor")
@@ -136,6 +148,7 @@ def main():
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     groups = {b: make_group(b) for b in backends}
+    recorded = {b: flight_recorded(g) for b, g in groups.items()}
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = {}  # (op, bytes, backend): rank 0's µs per call, round by round
@@ -166,13 +179,15 @@ def main():
         for op in ops:
             print(f"# dist.{op}, float32, {size} rank(s), {args.device}: microseconds per call, median of "
                   f"{args.rounds} alternated rounds of {args.calls} calls (fewer above 64 KB); "
-                  f"torch {torch.__version__}")
+                  f"torch {torch.__version__}; flight recorder on: "
+                  f"{', '.join(b for b in backends if recorded[b]) or 'none'}")
             print("bytes".rjust(10) + "".join(b.rjust(12) for b in backends))
             for nbytes in sizes:
                 print(str(nbytes).rjust(10) +
                       "".join(f"{statistics.median(results[(op, nbytes, b)]):12.2f}" for b in backends))
         for (op, nbytes, backend), rounds in results.items():
             print(json.dumps({"op": op, "bytes": nbytes, "backend": backend, "device": args.device, "ranks": size,
+                              "flight_recorder": recorded[backend],
                               "us_per_call": round(statistics.median(rounds), 3),
                               "rounds": [round(r, 3) for r in rounds],
                               "slowest_rank_rounds": [round(r, 3) for r in slowest[(op, nbytes, backend)]]}))

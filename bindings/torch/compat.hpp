@@ -21,6 +21,24 @@ static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs tor
 // Backend::gather_into_tensor (dist.gather_single / gather_into_tensor): 2.14 added it, forwarding to nothing.
 #define HIERCOLL_TORCH_HAS_GATHER_SINGLE HIERCOLL_TORCH_AT_LEAST(2, 14)
 
+// The canonical `_single` names (all_gather_single, reduce_scatter_single, all_to_all_single and their coalesced
+// forms), with the old names (_allgather_base, ...) kept as forwarding aliases: the release that brought them also
+// brought the forwarding guard macro, so its presence is the test. gather_single joined them in 2.15.
+#ifdef C10D_BACKEND_FORWARDING_GUARD
+#define HIERCOLL_TORCH_HAS_SINGLE_NAMES 1
+#else
+#define HIERCOLL_TORCH_HAS_SINGLE_NAMES 0
+#endif
+#define HIERCOLL_TORCH_HAS_GATHER_SINGLE_NAME (HIERCOLL_TORCH_HAS_SINGLE_NAMES && HIERCOLL_TORCH_AT_LEAST(2, 15))
+// Completion and abort hooks (torch's flight recorder is built on them) and the reconfigure API: Backend.hpp's own
+// feature macros say whether the release has them.
+#ifdef C10D_BACKEND_HAS_HOOKS
+#define HIERCOLL_TORCH_HAS_HOOKS 1
+#include <torch/csrc/distributed/c10d/Hooks.hpp>
+#else
+#define HIERCOLL_TORCH_HAS_HOOKS 0
+#endif
+
 // `override` on methods older releases do not declare virtual (they stay plain methods there).
 #if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
 #define HIERCOLL_OVERRIDE_SINCE_2_7 override
@@ -31,6 +49,17 @@ static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs tor
 #define HIERCOLL_OVERRIDE_SINCE_2_9 override
 #else
 #define HIERCOLL_OVERRIDE_SINCE_2_9
+#endif
+
+#if HIERCOLL_TORCH_HAS_SINGLE_NAMES
+#define HIERCOLL_OVERRIDE_SINGLE override
+#else
+#define HIERCOLL_OVERRIDE_SINGLE
+#endif
+#if HIERCOLL_TORCH_HAS_GATHER_SINGLE_NAME
+#define HIERCOLL_OVERRIDE_GATHER_SINGLE override
+#else
+#define HIERCOLL_OVERRIDE_GATHER_SINGLE
 #endif
 
 namespace hiercoll_torch::compat {

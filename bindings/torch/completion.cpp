@@ -3,16 +3,32 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll_torch {
 
-WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors)
+std::chrono::steady_clock::time_point& call_start() {
+  thread_local std::chrono::steady_clock::time_point start;
+  return start;
+}
+
+WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, const GroupHooks* hooks, std::vector<at::Tensor> outputs,
+                           CallTensors tensors)
     : c10d::Work(rank, type),
+      hooks_(hooks),
+      start_(call_start()),
       outputs_(std::move(outputs)),
-      tensors_(std::move(tensors)) {}
+      tensors_(std::move(tensors)) {
+  if (start_ == std::chrono::steady_clock::time_point()) start_ = std::chrono::steady_clock::now();
+}
+
+float WorkHiercoll::getDuration() const {
+  TORCH_CHECK(duration_ms_ >= 0, "hiercoll Work: getDuration() is only defined once the Work completed successfully");
+  return duration_ms_;
+}
 
 c10::TypePtr WorkHiercoll::list_of_tensors() {
   static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());  // made once, not per call
@@ -26,7 +42,13 @@ void WorkHiercoll::settle_tensors(bool succeeded) {
 }
 
 void WorkHiercoll::complete(std::exception_ptr error) {
-  finish(error);
+  if (!error) {
+    duration_ms_ = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  }
+  finish(error);  // isCompleted() from here on: a flight-recorder post-hook that sees it retires the entry itself
+#if HIERCOLL_TORCH_HAS_HOOKS  // no hooks to tell before it
+  if (!error && hooks_ != nullptr && hooks_->wants_completions()) hooks_->completed(getCompletionKey(), duration_ms_);
+#endif
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(future_mutex_);
@@ -132,6 +154,9 @@ struct CompletionThread::State {
   std::list<Waiting> waiting;    // issued, an operation still running
   std::deque<Pending> ready;     // every operation finished, in the order the calls finished
   std::optional<hiercoll::ErrorCode> first_failure;
+  std::function<void()> on_group_failure;  // set before any call
+  std::atomic<bool> group_failed{false};
+  bool failure_task_due = false;  // under mutex: group_failed() asked the watching thread to run on_group_failure
   bool stopping = false;
   bool settling = false;  // the watching thread is inside settle(), outside the lock
   bool quiesced = false;  // exit has begun: settle nothing more
@@ -336,6 +361,16 @@ void CompletionThread::drain() {
   });
 }
 
+void CompletionThread::on_group_failure(std::function<void()> task) { state_->on_group_failure = std::move(task); }
+
+void CompletionThread::group_failed() {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.group_failed = true;
+  s.failure_task_due = true;
+  s.wake.notify_all();
+}
+
 std::optional<hiercoll::ErrorCode> CompletionThread::first_failure() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->first_failure;
@@ -364,6 +399,7 @@ std::exception_ptr CompletionThread::settle(Pending& pending) {
   } catch (...) {
     if (!error) error = std::current_exception();
   }
+  if (error && state_->group_failed && state_->on_group_failure) state_->on_group_failure();  // before it completes
   if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()), pending.handle->rank());
   return error;
 }
@@ -405,8 +441,17 @@ void CompletionThread::run() {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
-    s.wake.wait(lock, [&] { return !s.ready.empty() || (s.stopping && s.waiting.empty()) || s.quiesced; });
-    if (s.quiesced || s.ready.empty()) return;  // the process is exiting, or stopping with nothing left
+    s.wake.wait(lock, [&] {
+      return !s.ready.empty() || s.failure_task_due || (s.stopping && s.waiting.empty()) || s.quiesced;
+    });
+    if (s.quiesced) return;  // the process is exiting
+    if (std::exchange(s.failure_task_due, false) && s.on_group_failure) {
+      lock.unlock();
+      s.on_group_failure();
+      lock.lock();
+      continue;
+    }
+    if (s.ready.empty()) return;  // stopping with nothing left
 
     // Settle the finished calls outside the lock, so callers can keep adding and operations keep finishing.
     std::deque<Pending> finished;

@@ -1,6 +1,7 @@
 #pragma once
 #include <ATen/core/ivalue.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -12,6 +13,7 @@
 
 #include "compat.hpp"
 #include "hiercoll/communicator.hpp"
+#include "hooks.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll_torch {
@@ -42,6 +44,10 @@ struct CallTensors {
 
 class CompletionThread;
 
+/// When the calling thread entered the c10d call it is issuing now (the binding's entry points set it): a Work's
+/// duration counts from there, so a small call that completed before its Work was made still has one.
+std::chrono::steady_clock::time_point& call_start();
+
 /// The c10d Work of one call: completes, together with its future (what DDP comm hooks wait on), once
 /// every hiercoll operation behind the call finished and the results are in the caller's tensors.
 ///
@@ -52,7 +58,9 @@ class CompletionThread;
 /// now crosses one thread at most, the progress thread's.
 class WorkHiercoll : public c10d::Work {
  public:
-  WorkHiercoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, CallTensors tensors = {});
+  /// `hooks`: the group's, told when the call completes successfully; they outlive the Work's completion.
+  WorkHiercoll(int rank, c10d::OpType type, const GroupHooks* hooks, std::vector<at::Tensor> outputs,
+               CallTensors tensors = {});
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   /// CUDA tensors hiercoll works on in place: wait() orders the current stream after the operations on the
@@ -62,19 +70,25 @@ class WorkHiercoll : public c10d::Work {
   /// A receive: sourceRank() is the sender `receive` names once complete (what recv from any source returns).
   void set_receive(hiercoll::Work receive) { receive_ = std::move(receive); }
   int sourceRank() const override;
+  /// Milliseconds from the call to its completion (what torch's flight recorder writes); only once completed.
+  float getDuration() const override;
   bool stream_ordered() const { return !stream_ordered_.empty(); }
   int rank() const { return rank_; }
+  std::chrono::steady_clock::time_point started() const { return start_; }
   /// True if the results are where the caller wants them as soon as the operations finish.
   bool in_place() const { return tensors_.copy_back.empty(); }
   /// Once every operation succeeded: copies the results into the caller's tensors. Either way, lets the
   /// call's tensors go. Called once, by the completion thread, before complete().
   void settle_tensors(bool succeeded);
-  /// Called once, by a completion runner. `error` is null on success.
+  /// Called once, by a completion runner. `error` is null on success, when the group's completion hooks are told.
   void complete(std::exception_ptr error);
 
  private:
   friend class CompletionThread;
   static c10::TypePtr list_of_tensors();  // the type of the future's value
+  const GroupHooks* hooks_;
+  std::chrono::steady_clock::time_point start_;
+  float duration_ms_ = -1;  // set once, before the Work is marked completed
   std::vector<at::Tensor> outputs_;
   CallTensors tensors_;
   void settle(c10::ivalue::Future& future);  // completes it as complete() was told to
@@ -122,6 +136,12 @@ class CompletionThread {
   void drain();
   /// What the first failed call failed with, if one did (c10d's getError).
   std::optional<hiercoll::ErrorCode> first_failure() const;
+  /// What to do once the group has failed (run torch's abort hooks, abort the communicator): set once, before any
+  /// call. It runs on this thread after group_failed(), and on whichever thread settles a call that failed after
+  /// group_failed(), before that call completes; it must be safe to run more than once, from several threads.
+  void on_group_failure(std::function<void()> task);
+  /// The communicator broke (its on_failure callback, from any thread): returns at once.
+  void group_failed();
 
   /// At interpreter exit: waits until no call is being settled and settles none after. Completing a
   /// future runs (and releases) Python callbacks, which needs the GIL; doing that while Python finalizes

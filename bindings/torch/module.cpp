@@ -24,11 +24,13 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::duration<float> timeout,
-         const std::string& name) {
+         const std::string& name, std::vector<uint64_t> global_ranks) {
         return hiercoll_torch::create_backend(store, rank, size,
-                                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout), name);
+                                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout), name,
+                                              std::move(global_ranks));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("name") = "world",
+      py::arg("global_ranks") = std::vector<uint64_t>(),
       // Joining blocks on the store and on peers: let other Python threads run meanwhile.
       py::call_guard<py::gil_scoped_release>());
   m.def(

@@ -11,14 +11,12 @@
 #ifdef HIERCOLL_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
+#include "issue.hpp"
 #include "torch_store.hpp"
 
 namespace hiercoll_torch {
 
 namespace {
-
-// User tags are ints >= 0; tags with the top bit set belong to collectives built from send/recv.
-constexpr uint32_t kCollectiveTag = 0x80000000u;
 
 hiercoll::DataType data_type(const at::Tensor& t, const char* op) {
   switch (t.scalar_type()) {
@@ -100,10 +98,6 @@ void check_same_kind(const at::Tensor& a, const at::Tensor& b, const char* op) {
               b.device());
 }
 
-void check_rank(int rank, int size, const char* what, const char* op) {
-  TORCH_CHECK(rank >= 0 && rank < size, "hiercoll ", op, ": ", what, " ", rank, " is outside the group of ", size);
-}
-
 // CUDA tensors are used in place when hiercoll has its device path and torch has CUDA; otherwise, and for
 // the calls built from point-to-point messages, they are staged through a host copy.
 bool on_device(const at::Tensor& t) {
@@ -136,31 +130,28 @@ CallTensors staged(const at::Tensor& t, const at::Tensor& h, std::vector<at::Ten
   tensors.result_in(t, h);
   return tensors;
 }
-// A call whose results are in the caller's tensors, reading or writing `buffers` of its own as well.
-CallTensors keeping(std::vector<at::Tensor> buffers) { return CallTensors{std::move(buffers), {}}; }
-
-// hiercoll's errors raised while a call is issued (usage errors, mostly) reach Python with the call named.
-template <class F>
-auto issue(const char* op, int rank, F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const hiercoll::Error& e) {
-    throw_as_torch(e, op, rank);
-  }
-}
 
 }  // namespace
 
 ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size,
-                                           std::chrono::milliseconds timeout, std::string name)
-    : compat::BackendBase(rank, size), timeout_(timeout), comm_([&] {
+                                           std::chrono::milliseconds timeout, std::string name,
+                                           std::vector<uint64_t> global_ranks)
+    : compat::BackendBase(rank, size),
+      timeout_(timeout),
+      name_(name),
+      global_ranks_(std::move(global_ranks)),
+      comm_([&] {
         hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
         options.timeout = timeout;  // HIERCOLL_TIMEOUT_MS, if set, still wins (the communicator applies it)
         options.name = std::move(name);
         return hiercoll::Communicator::create(std::move(store), rank, size, options);
-      }()) {}
+      }()) {
+  completion_.on_group_failure([this] { after_failure(); });
+  comm_.on_failure([this](hiercoll::ErrorCode, const std::string&) { completion_.group_failed(); });
+}
 
 ProcessGroupHiercoll::~ProcessGroupHiercoll() {
+  comm_.on_failure({});  // returns once a call in progress has: none reaches completion_ after this
   if (barrier_failed_) comm_.abort();
 }
 
@@ -168,7 +159,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
                                                             std::vector<at::Tensor> outputs, CallTensors tensors) {
   // Collectives only, as ProcessGroupNCCL's seqCollective_: ranks issue different point-to-point calls.
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++sequence_;
-  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs, std::move(tensors));
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_.get(), outputs, std::move(tensors));
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
   bool in_place = handle->in_place() && !outputs.empty();
   for (const auto& t : outputs) in_place = in_place && on_device(t);
@@ -350,9 +341,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_gather_single(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::AllgatherOptions&) {
-  return issue("_allgather_base", rank_, [&] {
+  return issue("all_gather_single", rank_, [&] {
     check_tensor(input, "all_gather_into_tensor");
     check_tensor(output, "all_gather_into_tensor");
     check_same_kind(input, output, "all_gather_into_tensor");
@@ -366,12 +357,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_allgather_base(at::Tensor&
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_into_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_gather_single_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "hiercoll all_gather_into_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
   return coalesced(c10d::OpType::COALESCED, [&] {
-    for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
+    for (size_t i = 0; i < inputs.size(); ++i) all_gather_single(outputs[i], inputs[i], opts);
   });
 }
 
@@ -440,7 +431,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vec
 }
 
 #if HIERCOLL_TORCH_HAS_GATHER_SINGLE
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_into_tensor(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_single(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::GatherOptions& opts) {
   return issue("gather_single", rank_, [&] {
     check_tensor(input, "gather_single");
@@ -523,9 +514,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_single(at::Tensor& output, at::Tensor& input,
                                                                           const c10d::ReduceScatterOptions& opts) {
-  return issue("_reduce_scatter_base", rank_, [&] {
+  return issue("reduce_scatter_single", rank_, [&] {
     check_tensor(input, "reduce_scatter_tensor");
     check_tensor(output, "reduce_scatter_tensor");
     check_same_kind(input, output, "reduce_scatter_tensor");
@@ -540,20 +531,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::_reduce_scatter_base(at::Te
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_single_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "hiercoll reduce_scatter_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
   return coalesced(c10d::OpType::COALESCED, [&] {
-    for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
+    for (size_t i = 0; i < inputs.size(); ++i) reduce_scatter_single(outputs[i], inputs[i], opts);
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tensor& output, at::Tensor& input,
                                                                    std::vector<int64_t>& output_split_sizes,
                                                                    std::vector<int64_t>& input_split_sizes,
                                                                    const c10d::AllToAllOptions&) {
-  return issue("alltoall_base", rank_, [&] {
+  return issue("all_to_all_single", rank_, [&] {
     check_tensor(input, "all_to_all_single");
     check_tensor(output, "all_to_all_single");
     check_same_kind(input, output, "all_to_all_single");
@@ -706,175 +697,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::add_combined(c10d::OpType t
     outputs.insert(outputs.end(), results.begin(), results.end());
     stream_ordered = stream_ordered && member.handle->stream_ordered();
   }
-  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, outputs);
+  // The block's duration counts from its first call.
+  if (!members.empty()) call_start() = members.front().handle->started();
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_.get(), outputs);
   if (stream_ordered) handle->order_streams_after(works);
   CompletionThread::Pending pending{std::move(works), handle, std::move(members)};
   enqueue(std::move(pending));
   return handle;
-}
-
-// ---- Group management and health ---------------------------------------------------------------------------
-
-c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptions() {
-  return c10::make_intrusive<Options>(getBackendName(), timeout_);
-}
-
-void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
-  issue("set_timeout", rank_, [&] { comm_.set_timeout(timeout); });
-  timeout_ = timeout;
-}
-
-#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT
-c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::split(const c10::intrusive_ptr<c10d::Store>& store,
-                                                              const std::vector<int>& ranks,
-                                                              const c10::intrusive_ptr<Options>& opts) {
-  return issue("split", rank_, [&]() -> c10::intrusive_ptr<c10d::Backend> {
-    for (int r : ranks) check_rank(r, size_, "rank", "split");
-    auto me = std::find(ranks.begin(), ranks.end(), rank_);
-    if (me == ranks.end()) return {};  // not a member: as ncclCommSplit's NO_COLOR
-    const auto timeout = opts ? opts->timeout : timeout_;
-    const std::string name = opts && !opts->group_name.empty() ? opts->group_name : "split";
-    return c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store),
-                                                     static_cast<int>(me - ranks.begin()),
-                                                     static_cast<int>(ranks.size()), timeout, name);
-  });
-}
-#endif
-
-#if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
-c10d::ErrorType ProcessGroupHiercoll::getError() {
-  auto failure = completion_.first_failure();
-  if (!failure) return c10d::ErrorType::SUCCESS;
-  switch (*failure) {
-    case hiercoll::ErrorCode::kTimeout: return c10d::ErrorType::TIMEOUT;
-    case hiercoll::ErrorCode::kRemoteError: return c10d::ErrorType::REMOTE_ERROR;
-    default: return c10d::ErrorType::COMM_ERROR;
-  }
-}
-
-void ProcessGroupHiercoll::abort() { comm_.abort(); }
-
-// A clean end: every issued call completes first (the communicator closes when the group is destroyed).
-void ProcessGroupHiercoll::shutdown() {
-  if (barrier_failed_) comm_.abort();
-  completion_.drain();
-}
-#endif
-
-void ProcessGroupHiercoll::setSequenceNumberForGroup() {}  // every rank starts at 0: nothing to agree on
-
-uint64_t ProcessGroupHiercoll::getSequenceNumberForGroup() { return sequence_; }
-
-void ProcessGroupHiercoll::waitForPendingWorks() { completion_.drain(); }
-
-// Errors in gloo's words (ProcessGroupGloo::monitoredBarrier), which torch's tests and users' tools look for, each
-// followed by hiercoll's detail.
-void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-  const std::string ms = std::to_string(timeout.count()) + " ms";
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto left = [&] {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-        std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
-  };
-  auto why = [](const hiercoll::Work& work) {  // a failed operation's error; "" while it is still waiting
-    if (auto error = work.error()) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        return std::string(": ") + e.what();
-      }
-    }
-    return std::string();
-  };
-  auto join = [](const std::vector<int>& ranks) {
-    std::string text;
-    for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
-    return text;
-  };
-  // Every rank but 0 reports to rank 0, which then releases each. The tokens live in the Work below: a
-  // rank that never arrives leaves its receive posted after this returns.
-  constexpr uint32_t kArriveTag = kCollectiveTag | 1, kReleaseTag = kCollectiveTag | 2;
-  std::vector<at::Tensor> tokens;
-  std::vector<hiercoll::Work> works;
-  auto token = [&] {
-    tokens.push_back(at::zeros({1}, at::kInt));
-    return tokens.back().data_ptr();
-  };
-  issue("monitored_barrier", rank_, [&] {
-    if (rank_ == 0) {
-      for (int peer = 1; peer < size_; ++peer) {
-        works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, peer, kArriveTag));
-      }
-    } else {
-      works.push_back(comm_.send(token(), 1, hiercoll::DataType::kInt32, 0, kArriveTag));
-      works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, 0, kReleaseTag));
-    }
-  });
-  submit(c10d::OpType::BARRIER, works, {}, keeping(tokens));
-
-  if (rank_ != 0) {
-    for (auto& work : works) {
-      if (work.wait_for(left()) && !work.error()) continue;
-      barrier_failed_ = true;
-      TORCH_CHECK(false, "Rank ", rank_, " successfully reached monitoredBarrier, but received errors while waiting ",
-                  "for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n hiercoll: rank 0 did not ",
-                  "release rank ", rank_, " within ", ms, why(work));
-    }
-    return;
-  }
-  // Rank 0 waits for each rank in turn; with wait_all_ranks every one gets the whole timeout, as in gloo.
-  std::vector<int> missing, arrived;
-  std::string detail;
-  bool out_of_time = false;
-  for (int peer = 1; peer < size_ && (wait_all_ranks || missing.empty()); ++peer) {
-    auto& arrival = works[peer - 1];
-    const auto limit = wait_all_ranks ? std::chrono::microseconds(timeout) : left();
-    out_of_time = out_of_time || limit.count() == 0;
-    if (arrival.wait_for(limit) && !arrival.error()) {
-      arrived.push_back(peer);
-      continue;
-    }
-    missing.push_back(peer);
-    detail += "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + ms + why(arrival);
-  }
-  if (!missing.empty()) {
-    barrier_failed_ = true;
-    std::string text = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + join(missing) +
-                       " failed to pass monitoredBarrier in " + ms;
-    if (out_of_time && !wait_all_ranks) {
-      text += "\n Rank 0 timed out in monitoredBarrier after " + ms + ". " +
-              (arrived.empty() ? "No ranks successfully processed in monitoredBarrier."
-                               : "Successfully processed ranks: " + join(arrived));
-    }
-    TORCH_CHECK(false, text, detail);
-  }
-  std::vector<hiercoll::Work> releases;
-  std::vector<at::Tensor> release_tokens;
-  issue("monitored_barrier", rank_, [&] {
-    for (int peer = 1; peer < size_; ++peer) {
-      release_tokens.push_back(at::zeros({1}, at::kInt));
-      releases.push_back(
-          comm_.send(release_tokens.back().data_ptr(), 1, hiercoll::DataType::kInt32, peer, kReleaseTag));
-    }
-  });
-  for (size_t i = 0; i < releases.size(); ++i) {
-    if (releases[i].wait_for(left()) && !releases[i].error()) continue;
-    barrier_failed_ = true;
-    TORCH_CHECK(false, "[Rank 0]: Rank ", i + 1, " failed to pass monitoredBarrier in ", ms, "\n hiercoll: rank ",
-                i + 1, " did not take its release within ", ms, why(releases[i]));
-  }
-}
-
-c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                       std::chrono::milliseconds timeout, const std::string& name) {
-  return issue("init_process_group", rank, [&] {
-    TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
-                " is outside a group of ", size);
-    c10::intrusive_ptr<compat::BackendBase> group =
-        c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store), rank, size, timeout, name);
-    return group;
-  });
 }
 
 }  // namespace hiercoll_torch

@@ -17,8 +17,10 @@ namespace hiercoll_torch {
 /// messages (gather, scatter, uneven all_to_all, send/recv) and list forms stage them through host memory.
 class ProcessGroupHiercoll : public compat::BackendBase {
  public:
+  /// `global_ranks`: the members' ranks in the default group, by group rank (torch's flight recorder names the
+  /// dump files by them); empty when not known.
   ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size, std::chrono::milliseconds timeout,
-                       std::string name = "world");
+                       std::string name = "world", std::vector<uint64_t> global_ranks = {});
   ~ProcessGroupHiercoll() override;
 
   const std::string getBackendName() const override { return "hiercoll"; }
@@ -39,7 +41,19 @@ class ProcessGroupHiercoll : public compat::BackendBase {
                                     const c10::intrusive_ptr<Options>& opts) override;
 #endif
 
-  // Lifecycle and health.
+  // torch's flight recorder (attached by default to every group of a backend without its own, torch >= 2.15):
+  // completion hooks retire its entries with their durations, abort hooks dump its record when the group fails.
+#if HIERCOLL_TORCH_HAS_HOOKS
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t hook_id, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t hook_id) override;
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t hook_id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hook_id) override;
+#endif
+
+  // Lifecycle and health. A group whose communicator fails (a timeout, a peer that died or aborted) runs its abort
+  // hooks and aborts the communicator, which its peers hear at once. abort() asked for runs no hooks.
 #if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
   c10d::ErrorType getError() override;
   void abort() override;
@@ -67,35 +81,76 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(
-      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // The `_single` calls under their canonical names; torch releases before them call the old names, which forward.
+  c10::intrusive_ptr<c10d::Work> all_gather_single(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) HIERCOLL_OVERRIDE_SINGLE;
+#if !HIERCOLL_TORCH_HAS_SINGLE_NAMES
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
+    return all_gather_single(output, input, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) HIERCOLL_OVERRIDE_SINGLE;
+#if !HIERCOLL_TORCH_HAS_SINGLE_NAMES
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
+    return all_gather_single_coalesced(outputs, inputs, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
 #if HIERCOLL_TORCH_HAS_GATHER_SINGLE
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts = c10d::GatherOptions())
+      HIERCOLL_OVERRIDE_GATHER_SINGLE;
+#if !HIERCOLL_TORCH_HAS_GATHER_SINGLE_NAME
   c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
-                                                    const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+                                                    const c10d::GatherOptions& opts = c10d::GatherOptions()) override {
+    return gather_single(output, input, opts);
+  }
+#endif
 #endif
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) HIERCOLL_OVERRIDE_SINGLE;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) HIERCOLL_OVERRIDE_SINGLE;
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
+                                                   std::vector<int64_t>& output_split_sizes,
+                                                   std::vector<int64_t>& input_split_sizes,
+                                                   const c10d::AllToAllOptions& opts = c10d::AllToAllOptions())
+      HIERCOLL_OVERRIDE_SINGLE;
+#if !HIERCOLL_TORCH_HAS_SINGLE_NAMES
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
-      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override {
+    return reduce_scatter_single(output, input, opts);
+  }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override {
+    return reduce_scatter_single_coalesced(outputs, inputs, opts);
+  }
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_split_sizes,
                                                std::vector<int64_t>& input_split_sizes,
-                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override {
+    return all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
@@ -126,7 +181,16 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> gather_to_root(const at::Tensor& input, std::vector<at::Tensor> parts, int root,
                                                 std::vector<at::Tensor> result);
 
+  // After the communicator failed: torch's abort hooks, then abort (on the completion thread, or on the thread that
+  // settles a failed call first).
+  void after_failure();
+
   std::chrono::milliseconds timeout_;
+  const std::string name_;
+  const std::vector<uint64_t> global_ranks_;
+  // Declared before comm_ and completion_: Works tell it as they complete, until completion_ is gone.
+  std::unique_ptr<GroupHooks> hooks_ = std::make_unique<GroupHooks>();
+  std::atomic<bool> failure_aborted_{false};  // the communicator was aborted (after a failure, or asked to)
   std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
   // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
   // abort instead of waiting the group's whole timeout for them.
@@ -140,6 +204,7 @@ class ProcessGroupHiercoll : public compat::BackendBase {
 /// What `Backend.register_backend` calls: joins the group through torch's store.
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                        std::chrono::milliseconds timeout,
-                                                       const std::string& name = "world");
+                                                       const std::string& name = "world",
+                                                       std::vector<uint64_t> global_ranks = {});
 
 }  // namespace hiercoll_torch

@@ -241,7 +241,8 @@ int run(int argc, char** argv) {
   // Each parameter reports when its gradient is final; on the last micro-step of a step that starts its
   // bucket's allreduce while backward goes on.
   bool syncing = false;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // A shared_ptr before torch 2.15, an intrusive_ptr since: whatever grad_accumulator returns.
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(params[0]))> accumulators;
   for (size_t i = 0; i < params.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
     accumulator->add_post_hook(std::make_unique<GradientReady>([&, i] {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "hiercoll/errors.hpp"
 #include "hiercoll/export.hpp"
 #include "hiercoll/store.hpp"
 #include "hiercoll/topology.hpp"
@@ -160,6 +161,15 @@ class HIERCOLL_API Communicator {
   void abort();
   /// Replaces CommOptions::timeout for the operations issued from now on (as c10d's setTimeout).
   void set_timeout(std::chrono::milliseconds timeout);
+  /// Told once when the communicator breaks for a reason other than this process's own abort(): an operation of
+  /// this rank failed in a way that leaves it unusable (a collective's timeout or error), or a peer died, aborted or
+  /// went silent. A communicator that broke before the callback was set tells it at once, on the setting thread.
+  /// It runs on one of hiercoll's threads (the progress thread, the peer watch's, a caller's), before the failed
+  /// operations complete: it must return soon, and must not call into this communicator. Setting an empty callback
+  /// waits for a call in progress to return; none comes after. For failure watches (torch's abort hooks: a rank with
+  /// nothing in flight still learns that the job failed).
+  using FailureCallback = std::function<void(ErrorCode code, const std::string& reason)>;
+  void on_failure(FailureCallback callback);
   /// Name of the algorithm that allreduce of `bytes` will use: "ring", "rd", "hier" or "sharded" (on device
   /// buffers "hier" and "sharded" run their intra-node phases on the GPUs, the others on a staged host copy).
   std::string allreduce_algorithm(size_t bytes, bool device_buffers = false) const;

@@ -121,6 +121,7 @@ Work Communicator::recv(void* buf, size_t count, DataType type, int peer, uint32
 void Communicator::abort() { impl_->abort(); }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) { impl_->set_timeout(timeout); }
+void Communicator::on_failure(FailureCallback callback) { impl_->on_failure(std::move(callback)); }
 
 bool Communicator::device_buffers_supported() { return engine::device_path_built(); }
 

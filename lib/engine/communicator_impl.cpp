@@ -48,6 +48,7 @@ void CommunicatorImpl::set_timeout(std::chrono::milliseconds timeout) {
 }
 
 void CommunicatorImpl::abort() {
+  self_aborted_ = true;
   halt("the communicator was aborted");
   stop_progress();
   if (watch_) watch_->leave(/*aborted=*/true);  // the peers' operations with this rank cannot finish: they hear it
@@ -61,11 +62,40 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
     halt_peer_gave_up_ = peer_gave_up;
     aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
+  if (!self_aborted_) report_failure(ErrorCode::kRemoteError, reason);
   halt_cv_.notify_all();
   if (endpoint_open_.load(std::memory_order_acquire)) endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   queue_cv_.notify_all();
+}
+
+void CommunicatorImpl::on_failure(Communicator::FailureCallback callback) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  on_failure_ = std::move(callback);
+  if (on_failure_ && failure_told_) on_failure_(failure_told_->first, failure_told_->second);
+}
+
+void CommunicatorImpl::throw_stopped(const std::string& what) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  // Aborted after a failure (as torch's backend aborts it after a timeout): the failure is what the caller must hear.
+  if (failure_told_) {
+    throw RemoteError(what + ": the communicator is broken by an earlier error: " + failure_told_->second +
+                      " (and was aborted since)");
+  }
+  throw InvalidUsageError(what + ": the communicator was aborted or destroyed");
+}
+
+void CommunicatorImpl::report_failure(ErrorCode code, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (failure_told_) return;
+  failure_told_.emplace(code, reason);
+  if (!on_failure_) return;
+  try {
+    on_failure_(code, reason);
+  } catch (const std::exception& e) {
+    HIERCOLL_LOG(kWarn, "the on_failure callback threw: " << e.what());
+  }
 }
 
 void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& what) {
@@ -94,7 +124,7 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
   Work work(op.state);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) throw InvalidUsageError(op.what + ": the communicator was aborted or destroyed");
+    if (stopping_) throw_stopped(op.what);
     if (op.collective) op.flight_seq = flight_.queued(op.what);  // under mutex_: numbered in queue order
     queue_.push_back(std::move(op));
     turn_.fetch_or(kTurnBusy, std::memory_order_relaxed);  // no caller's turn begins until the queue is empty
@@ -180,7 +210,7 @@ std::shared_ptr<DevicePath> CommunicatorImpl::device_path(int device, const char
 Work CommunicatorImpl::enqueue_device_alone(const CollectiveName& name, int device, StreamHandle stream, void* out,
                                             const void* in, size_t bytes) {
   const char* what = algo::to_string(name.kind);
-  if (aborted_) throw InvalidUsageError(std::string(what) + ": the communicator was aborted or destroyed");
+  if (aborted_) throw_stopped(what);
   EventHandle end = nullptr;
   std::shared_ptr<DevicePath> path;
   {
@@ -316,6 +346,7 @@ void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, boo
 
 void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {
   broken_ = failure;
+  if (!self_aborted_) report_failure(failure.code, failure.message);
   turn_.fetch_or(kTurnClosed, std::memory_order_release);  // later operations go to the progress thread: it fails them
   HIERCOLL_LOG(kWarn, failure.message);
   // Requests of the failed operation may still be posted: cancel them all, the communicator is done.

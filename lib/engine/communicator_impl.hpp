@@ -80,6 +80,7 @@ class CommunicatorImpl {
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
   void abort();
+  void on_failure(Communicator::FailureCallback callback);
   /// Applies to operations the progress thread starts from now on.
   void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
@@ -248,6 +249,17 @@ class CommunicatorImpl {
   bool halt_peer_gave_up_ = false;     // under halt_mutex_: halt_ came from a peer that aborted, not one that died
   std::condition_variable halt_cv_;     // halt_ set
   std::unique_ptr<PeerWatch> watch_;  // made in bootstrap(); reports into halt()
+  // on_failure(): the callback, and the first failure it was (or will be) told, both under failure_mutex_, which is
+  // held while it runs. abort() sets self_aborted_ first: a halt this process asked for is no failure to report.
+  std::mutex failure_mutex_;
+  Communicator::FailureCallback on_failure_;
+  std::optional<std::pair<ErrorCode, std::string>> failure_told_;
+  std::atomic<bool> self_aborted_{false};
+  /// Tells on_failure_'s callback, the first time only.
+  void report_failure(ErrorCode code, const std::string& reason);
+  /// An operation issued after abort() or destruction: RemoteError naming the failure that broke the communicator
+  /// first, if one did; else InvalidUsageError.
+  [[noreturn]] void throw_stopped(const std::string& what);
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
   // The first fatal error; later operations fail with it (whoever runs operations: see above).

@@ -15,6 +15,13 @@ inline int& failure_count() {
   return count;
 }
 
+/// `ok`, or a failure saying `what` went wrong.
+inline void expect(bool ok, const std::string& what) {
+  if (ok) return;
+  std::printf("FAIL: %s\n", what.c_str());
+  ++failure_count();
+}
+
 /// Element i of `got` equals the reference `want` (up to the tolerance of averages of 16-bit floats).
 inline void expect_equal(const std::string& what, DataType type, ReduceOp op, const void* got, size_t i,
                          double want) {

@@ -342,6 +342,16 @@ TEST_CASE("a rank that stops calling collectives is named by every other rank an
   std::system(("rm -rf " + dir).c_str());
 }
 
+TEST_CASE("on_failure tells every rank once: those that timed out before their error, the idle one of the abort",
+          "[mp][errors]") {
+  auto options = loopback({{"HIERCOLL_TIMEOUT_MS", "2000"}, {"HIERCOLL_TEST_HANG_RANK", "2"}});
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"failure-callback"}, options);
+  INFO(result.report());
+  CHECK(result.all_ok());
+  for (int r : {0, 1, 3}) CHECK(result.ranks[r].output.find("TOLD rank=" + std::to_string(r) + " code=timeout before the error [timeout]") != std::string::npos);
+  CHECK(result.ranks[2].output.find("TOLD rank=2 code=remote error") != std::string::npos);
+}
+
 TEST_CASE("the other collectives equal the serial reference", "[mp][collectives][quick]") {
   int ranks = GENERATE(1, 2, 3, 4, 5);
   INFO("ranks " << ranks);

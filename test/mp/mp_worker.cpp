@@ -13,12 +13,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -31,6 +33,7 @@
 
 using namespace hiercoll;
 using hiercoll::test::expect_equal;
+using hiercoll::test::expect;
 using hiercoll::test::expect_invalid;
 using hiercoll::test::get;
 using hiercoll::test::input_value;
@@ -481,6 +484,48 @@ void run_hang(Communicator& comm) {
   } catch (const Error& e) {
     std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
   }
+}
+
+// Communicator::on_failure as torch's abort hooks use it. Rank HIERCOLL_TEST_HANG_RANK stops calling collectives;
+// the others time out, are told before their Work fails, and abort as c10d backends do after a timeout. The idle
+// rank is told too, though nothing of its own failed: that a peer aborted. Nobody is told of its own abort().
+void run_failure_callback(Communicator& comm) {
+  const int hung = std::atoi(std::getenv("HIERCOLL_TEST_HANG_RANK") ? std::getenv("HIERCOLL_TEST_HANG_RANK") : "2");
+  std::mutex mutex;
+  std::condition_variable told_cv;
+  std::vector<std::pair<ErrorCode, std::string>> told;
+  comm.on_failure([&](ErrorCode code, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex);
+    told.emplace_back(code, reason);
+    told_cv.notify_all();
+  });
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return told.size();
+  };
+  std::vector<float> data(1000, 1.0f);
+  for (int i = 0; i < 3; ++i) comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  expect(count() == 0, "told of a failure while every collective succeeded");
+  if (comm.rank() == hung) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool heard = told_cv.wait_for(lock, std::chrono::seconds(60), [&] { return !told.empty(); });
+    expect(heard, "the idle rank was never told that its peers failed");
+    if (heard) std::printf("TOLD rank=%d code=%s reason=%s\n", comm.rank(), to_string(told[0].first), told[0].second.c_str());
+    return;
+  }
+  try {
+    comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    expect(false, "an allreduce without the hung rank completed");
+  } catch (const Error& e) {
+    expect(count() == 1, "the failure was not told before the failed operation completed");
+    std::printf("TOLD rank=%d code=%s before the error [%s]\n", comm.rank(), to_string(told[0].first), to_string(e.code()));
+  }
+  comm.abort();
+  expect(count() == 1, "told more than once, or of this rank's own abort()");
+  // Set after the failure: told at once, on this thread.
+  std::pair<ErrorCode, std::string> late;
+  comm.on_failure([&](ErrorCode code, const std::string& reason) { late = {code, reason}; });
+  expect(late.first == told[0].first && late.second == told[0].second, "a callback set after the failure was not told it");
 }
 
 // Prints the layout the communicator found, for the test to compare with what it launched.
@@ -1112,6 +1157,7 @@ int main(int argc, char** argv) {
     else if (scenario == "die-after-create") run_die_after_create(comm);
     else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);
+    else if (scenario == "failure-callback") run_failure_callback(comm);
     else if (scenario == "mixed-paths") run_mixed_paths(comm);
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);

@@ -40,4 +40,9 @@ from launch import run_ranks
 outputs = run_ranks(2, "worker_launch.py", timeout=120)
 assert all(f"rank {r} of 2 ok" in out for r, out in enumerate(outputs)), outputs
 print("installed package: 2-rank allreduce and allgather ok")
+import torch
+if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 14):
+    outputs = run_ranks(2, "worker_by_name.py", timeout=120)
+    assert all(f"rank {r} of 2 found hiercoll by name" in out for r, out in enumerate(outputs)), outputs
+    print("installed package: found by name through its entry point, with no import")
 PY

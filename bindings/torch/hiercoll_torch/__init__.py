@@ -22,8 +22,10 @@ BACKEND_NAME = "hiercoll"
 def _create_backend(dist_options, backend_options=None):
     # The group's name keys its communicator: members of one group agree on it, whatever other groups
     # each process has made before (a process outside a subgroup makes none for it).
+    # The members' global ranks name torch's flight-recorder dumps (older torch releases pass none).
+    global_ranks = list(getattr(dist_options, "global_ranks_in_group", None) or [])
     return _C.create_backend(dist_options.store, dist_options.group_rank, dist_options.group_size,
-                             dist_options.timeout, "pg-" + str(dist_options.group_id))
+                             dist_options.timeout, "pg-" + str(dist_options.group_id), global_ranks)
 
 
 def _register():

@@ -1,0 +1,225 @@
+#include "process_group.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "issue.hpp"
+#include "torch_store.hpp"
+
+// The group's life apart from its calls: options, splitting, health, failure and torch's hooks, monitored barriers.
+namespace hiercoll_torch {
+
+// ---- Group management and health ---------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptions() {
+  auto options = c10::make_intrusive<Options>(getBackendName(), timeout_);
+#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT  // the release whose Options grew these fields
+  options->global_ranks_in_group = global_ranks_;  // torch's flight recorder names its dump files by them
+  options->group_name = name_;
+#endif
+  return options;
+}
+
+void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
+  issue("set_timeout", rank_, [&] { comm_.set_timeout(timeout); });
+  timeout_ = timeout;
+}
+
+#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                              const std::vector<int>& ranks,
+                                                              const c10::intrusive_ptr<Options>& opts) {
+  return issue("split", rank_, [&]() -> c10::intrusive_ptr<c10d::Backend> {
+    for (int r : ranks) check_rank(r, size_, "rank", "split");
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    if (me == ranks.end()) return {};  // not a member: as ncclCommSplit's NO_COLOR
+    const auto timeout = opts ? opts->timeout : timeout_;
+    const std::string name = opts && !opts->group_name.empty() ? opts->group_name : "split";
+    std::vector<uint64_t> global;  // torch fills them in for split_group; else from this group's own
+    if (opts && opts->global_ranks_in_group.size() == ranks.size()) {
+      global = opts->global_ranks_in_group;
+    } else {
+      for (int r : ranks) global.push_back(global_ranks_.empty() ? r : global_ranks_[r]);
+    }
+    return c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store),
+                                                     static_cast<int>(me - ranks.begin()),
+                                                     static_cast<int>(ranks.size()), timeout, name, global);
+  });
+}
+#endif
+
+#if HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE
+c10d::ErrorType ProcessGroupHiercoll::getError() {
+  auto failure = completion_.first_failure();
+  if (!failure) return c10d::ErrorType::SUCCESS;
+  switch (*failure) {
+    case hiercoll::ErrorCode::kTimeout: return c10d::ErrorType::TIMEOUT;
+    case hiercoll::ErrorCode::kRemoteError: return c10d::ErrorType::REMOTE_ERROR;
+    default: return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
+void ProcessGroupHiercoll::abort() {
+  failure_aborted_ = true;  // asked for: no abort hooks
+  comm_.abort();
+}
+
+// A clean end: every issued call completes first (the communicator closes when the group is destroyed).
+void ProcessGroupHiercoll::shutdown() {
+  if (barrier_failed_) comm_.abort();
+  completion_.drain();
+}
+#endif
+
+// A timeout, or a peer that died or aborted: torch's abort hooks run (its flight recorder dumps this rank's record),
+// then the communicator is aborted, as ProcessGroupNCCL's watchdog aborts a timed-out communicator. That tells every
+// peer at once, through the peer watch, and so runs their abort hooks too: a rank with nothing in flight (the one
+// that stopped calling collectives, say) dumps its record as well.
+void ProcessGroupHiercoll::after_failure() {
+  hooks_->run_abort_hooks();
+  if (!failure_aborted_.exchange(true)) comm_.abort();
+}
+
+#if HIERCOLL_TORCH_HAS_HOOKS
+void ProcessGroupHiercoll::registerCompletionHook(int64_t hook_id, c10d::CompletionHook hook) {
+  hooks_->add_completion(hook_id, [hook = std::move(hook)](uint64_t key, std::optional<float> duration_ms) {
+    c10d::CompletionHookArgs args;
+    args.completionKey = key;
+    args.duration_ms = duration_ms;
+    hook(args);
+  });
+}
+
+void ProcessGroupHiercoll::unregisterCompletionHook(int64_t hook_id) { hooks_->remove_completion(hook_id); }
+
+void ProcessGroupHiercoll::registerAbortHook(int64_t hook_id, c10d::AbortHook hook) {
+  hooks_->add_abort(hook_id, std::move(hook));
+}
+
+void ProcessGroupHiercoll::unregisterAbortHook(int64_t hook_id) { hooks_->remove_abort(hook_id); }
+#endif
+
+void ProcessGroupHiercoll::setSequenceNumberForGroup() {}  // every rank starts at 0: nothing to agree on
+
+uint64_t ProcessGroupHiercoll::getSequenceNumberForGroup() { return sequence_; }
+
+void ProcessGroupHiercoll::waitForPendingWorks() { completion_.drain(); }
+
+// Errors in gloo's words (ProcessGroupGloo::monitoredBarrier), which torch's tests and users' tools look for, each
+// followed by hiercoll's detail.
+void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const std::string ms = std::to_string(timeout.count()) + " ms";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+        std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
+  };
+  auto why = [](const hiercoll::Work& work) {  // a failed operation's error; "" while it is still waiting
+    if (auto error = work.error()) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        return std::string(": ") + e.what();
+      }
+    }
+    return std::string();
+  };
+  auto join = [](const std::vector<int>& ranks) {
+    std::string text;
+    for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+    return text;
+  };
+  // Every rank but 0 reports to rank 0, which then releases each. The tokens live in the Work below: a
+  // rank that never arrives leaves its receive posted after this returns.
+  constexpr uint32_t kArriveTag = kCollectiveTag | 1, kReleaseTag = kCollectiveTag | 2;
+  std::vector<at::Tensor> tokens;
+  std::vector<hiercoll::Work> works;
+  auto token = [&] {
+    tokens.push_back(at::zeros({1}, at::kInt));
+    return tokens.back().data_ptr();
+  };
+  issue("monitored_barrier", rank_, [&] {
+    if (rank_ == 0) {
+      for (int peer = 1; peer < size_; ++peer) {
+        works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, peer, kArriveTag));
+      }
+    } else {
+      works.push_back(comm_.send(token(), 1, hiercoll::DataType::kInt32, 0, kArriveTag));
+      works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, 0, kReleaseTag));
+    }
+  });
+  submit(c10d::OpType::BARRIER, works, {}, keeping(tokens));
+
+  if (rank_ != 0) {
+    for (auto& work : works) {
+      if (work.wait_for(left()) && !work.error()) continue;
+      barrier_failed_ = true;
+      TORCH_CHECK(false, "Rank ", rank_, " successfully reached monitoredBarrier, but received errors while waiting ",
+                  "for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n hiercoll: rank 0 did not ",
+                  "release rank ", rank_, " within ", ms, why(work));
+    }
+    return;
+  }
+  // Rank 0 waits for each rank in turn; with wait_all_ranks every one gets the whole timeout, as in gloo.
+  std::vector<int> missing, arrived;
+  std::string detail;
+  bool out_of_time = false;
+  for (int peer = 1; peer < size_ && (wait_all_ranks || missing.empty()); ++peer) {
+    auto& arrival = works[peer - 1];
+    const auto limit = wait_all_ranks ? std::chrono::microseconds(timeout) : left();
+    out_of_time = out_of_time || limit.count() == 0;
+    if (arrival.wait_for(limit) && !arrival.error()) {
+      arrived.push_back(peer);
+      continue;
+    }
+    missing.push_back(peer);
+    detail += "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + ms + why(arrival);
+  }
+  if (!missing.empty()) {
+    barrier_failed_ = true;
+    std::string text = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + join(missing) +
+                       " failed to pass monitoredBarrier in " + ms;
+    if (out_of_time && !wait_all_ranks) {
+      text += "\n Rank 0 timed out in monitoredBarrier after " + ms + ". " +
+              (arrived.empty() ? "No ranks successfully processed in monitoredBarrier."
+                               : "Successfully processed ranks: " + join(arrived));
+    }
+    TORCH_CHECK(false, text, detail);
+  }
+  std::vector<hiercoll::Work> releases;
+  std::vector<at::Tensor> release_tokens;
+  issue("monitored_barrier", rank_, [&] {
+    for (int peer = 1; peer < size_; ++peer) {
+      release_tokens.push_back(at::zeros({1}, at::kInt));
+      releases.push_back(
+          comm_.send(release_tokens.back().data_ptr(), 1, hiercoll::DataType::kInt32, peer, kReleaseTag));
+    }
+  });
+  for (size_t i = 0; i < releases.size(); ++i) {
+    if (releases[i].wait_for(left()) && !releases[i].error()) continue;
+    barrier_failed_ = true;
+    TORCH_CHECK(false, "[Rank 0]: Rank ", i + 1, " failed to pass monitoredBarrier in ", ms, "\n hiercoll: rank ",
+                i + 1, " did not take its release within ", ms, why(releases[i]));
+  }
+}
+
+c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                       std::chrono::milliseconds timeout, const std::string& name,
+                                                       std::vector<uint64_t> global_ranks) {
+  return issue("init_process_group", rank, [&] {
+    TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
+                " is outside a group of ", size);
+    TORCH_CHECK(global_ranks.empty() || global_ranks.size() == static_cast<size_t>(size),
+                "hiercoll init_process_group: ", global_ranks.size(), " global ranks for a group of ", size);
+    c10::intrusive_ptr<compat::BackendBase> group = c10::make_intrusive<ProcessGroupHiercoll>(
+        std::make_shared<TorchStore>(store), rank, size, timeout, name, std::move(global_ranks));
+    return group;
+  });
+}
+
+}  // namespace hiercoll_torch

@@ -1,0 +1,35 @@
+"""torch's flight recorder on hiercoll groups (torch >= 2.15 attaches it to every group of a backend that does not
+record natively). Three collectives succeed, then rank 2 stops calling collectives while the others all_reduce: they
+time out, and every rank's record is dumped (TORCH_FR_DUMP_TEMP_FILE), the idle rank's too, which only hears that
+its peers failed. The test reads the dumps with torchfrtrace."""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import hiercoll_torch  # noqa: F401
+
+dump_prefix = os.environ["TORCH_FR_DUMP_TEMP_FILE"]
+dist.init_process_group("hiercoll", timeout=datetime.timedelta(seconds=float(sys.argv[1])))
+rank = dist.get_rank()
+t = torch.ones(10)
+dist.all_reduce(t)
+dist.broadcast(t, 0)
+dist.all_reduce(t)
+if rank == 2:
+    # Idle, as a rank stuck in its data loader would be; its record must still be written.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(f"{dump_prefix}{rank}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print(f"rank {rank}: record dumped: {os.path.exists(f'{dump_prefix}{rank}')}", flush=True)
+    os._exit(0)
+try:
+    dist.all_reduce(t)
+    print(f"rank {rank}: the all_reduce without rank 2 completed", flush=True)
+except RuntimeError as e:
+    # The dump is written before the failed call raises.
+    print(f"rank {rank}: failed; record dumped: {os.path.exists(f'{dump_prefix}{rank}')}", flush=True)
+os._exit(0)  # the group is broken; leaving without destroying it, as a failed job does
