@@ -73,6 +73,18 @@ hiercoll_result_t hiercoll_comm_abort(hiercoll_comm_t comm) {
   });
 }
 
+hiercoll_result_t hiercoll_comm_on_failure(hiercoll_comm_t comm, hiercoll_failure_fn fn, void* user_data) {
+  return guarded([&] {
+    hiercoll::Communicator::FailureCallback callback;
+    if (fn != nullptr) {
+      callback = [fn, user_data](hiercoll::ErrorCode code, const std::string& reason) {
+        fn(static_cast<hiercoll_result_t>(code), reason.c_str(), user_data);
+      };
+    }
+    deref(comm).comm.on_failure(std::move(callback));
+  });
+}
+
 hiercoll_result_t hiercoll_comm_rank(hiercoll_comm_t comm, int* rank) {
   return guarded([&] { *rank = deref(comm).comm.rank(); });
 }

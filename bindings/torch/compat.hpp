@@ -30,6 +30,14 @@ static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs tor
 #define HIERCOLL_TORCH_HAS_SINGLE_NAMES 0
 #endif
 #define HIERCOLL_TORCH_HAS_GATHER_SINGLE_NAME (HIERCOLL_TORCH_HAS_SINGLE_NAMES && HIERCOLL_TORCH_AT_LEAST(2, 15))
+// Backend::shrink (dist.shrink_group) and merge: present in 2.11, absent in 2.4 (the releases between were not
+// read), so the guard is the first release known to have them.
+#define HIERCOLL_TORCH_HAS_SHRINK HIERCOLL_TORCH_AT_LEAST(2, 11)
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+#define HIERCOLL_TORCH_HAS_RECONFIGURE 1
+#else
+#define HIERCOLL_TORCH_HAS_RECONFIGURE 0
+#endif
 // Completion and abort hooks (torch's flight recorder is built on them) and the reconfigure API: Backend.hpp's own
 // feature macros say whether the release has them.
 #ifdef C10D_BACKEND_HAS_HOOKS

@@ -35,16 +35,21 @@ void GroupHooks::completed(uint64_t key, std::optional<float> duration_ms) const
 }
 
 void GroupHooks::run_abort_hooks() {
-  std::call_once(aborted_, [this] {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [id, hook] : aborts_) {
-      try {
-        hook();
-      } catch (const std::exception& e) {
-        LOG(WARNING) << "hiercoll: abort hook " << id << " threw: " << e.what();
-      }
+  std::lock_guard<std::mutex> once(abort_mutex_);
+  if (std::exchange(aborted_, true)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [id, hook] : aborts_) {
+    try {
+      hook();
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "hiercoll: abort hook " << id << " threw: " << e.what();
     }
-  });
+  }
+}
+
+void GroupHooks::rearm_abort_hooks() {
+  std::lock_guard<std::mutex> once(abort_mutex_);
+  aborted_ = false;
 }
 
 }  // namespace hiercoll_torch

@@ -31,13 +31,16 @@ class GroupHooks {
   /// thread, waits until the first has finished, so that a dump is complete before anyone goes on to fail a Work
   /// or end the process. An abort hook that throws is logged and the others still run.
   void run_abort_hooks();
+  /// A new communicator replaced the failed one (reconfigure): its failure runs the abort hooks again.
+  void rearm_abort_hooks();
 
  private:
   mutable std::mutex mutex_;  // held while hooks run: a hook must not register or unregister hooks
   std::map<int64_t, Completion> completions_;
   std::map<int64_t, Abort> aborts_;
   std::atomic<bool> completions_wanted_{false};
-  std::once_flag aborted_;
+  std::mutex abort_mutex_;  // held while the abort hooks run: a second caller waits for them
+  bool aborted_ = false;    // under abort_mutex_
 };
 
 }  // namespace hiercoll_torch

@@ -10,6 +10,14 @@
 #include "issue.hpp"
 #include "torch_store.hpp"
 
+#if HIERCOLL_TORCH_HAS_RECONFIGURE
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <unistd.h>
+
+#include <unordered_set>
+#include <variant>
+#endif
+
 // The group's life apart from its calls: options, splitting, health, failure and torch's hooks, monitored barriers.
 namespace hiercoll_torch {
 
@@ -25,7 +33,7 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptio
 }
 
 void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
-  issue("set_timeout", rank_, [&] { comm_.set_timeout(timeout); });
+  issue("set_timeout", rank_, [&] { comm().set_timeout(timeout); });
   timeout_ = timeout;
 }
 
@@ -45,9 +53,140 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::split(const c10::intrusi
     } else {
       for (int r : ranks) global.push_back(global_ranks_.empty() ? r : global_ranks_[r]);
     }
-    return c10::make_intrusive<ProcessGroupHiercoll>(std::make_shared<TorchStore>(store),
-                                                     static_cast<int>(me - ranks.begin()),
+    return c10::make_intrusive<ProcessGroupHiercoll>(store, static_cast<int>(me - ranks.begin()),
                                                      static_cast<int>(ranks.size()), timeout, name, global);
+  });
+}
+#endif
+
+// ---- Fault tolerance: groups without the ranks that failed ---------------------------------------------------
+
+#if HIERCOLL_TORCH_HAS_SHRINK
+// A new group of the ranks not excluded, joined through this group's store under a name of its own: the excluded
+// ranks (dead, typically) take no part. SHRINK_ABORT first aborts this group's communicator, failing what is
+// pending on it; otherwise torch destroys this group once the new one is made.
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                                               int shrink_flags,
+                                                               const c10::intrusive_ptr<Options>& opts_override) {
+  return issue("shrink", rank_, [&]() -> c10::intrusive_ptr<c10d::Backend> {
+    std::vector<bool> excluded(size_, false);
+    for (int64_t r : ranks_to_exclude) {
+      check_rank(static_cast<int>(r), size_, "rank to exclude", "shrink");
+      TORCH_CHECK(r != rank_, "hiercoll shrink: rank ", r, " excludes itself; only the remaining ranks call shrink");
+      excluded[r] = true;
+    }
+    constexpr int kShrinkAbort = 0x01;  // torch.distributed.SHRINK_ABORT
+    if ((shrink_flags & kShrinkAbort) && comm_) {
+      failure_aborted_ = true;
+      comm_->abort();
+    }
+    int new_rank = 0, new_size = 0;
+    std::vector<uint64_t> global;
+    for (int r = 0; r < size_; ++r) {
+      if (excluded[r]) continue;
+      if (r == rank_) new_rank = new_size;
+      ++new_size;
+      global.push_back(global_ranks_.empty() ? r : global_ranks_[r]);
+    }
+    const auto timeout = opts_override ? opts_override->timeout : timeout_;
+    return c10::make_intrusive<ProcessGroupHiercoll>(store_, new_rank, new_size, timeout,
+                                                     name_ + "/shrink" + std::to_string(++shrinks_), global);
+  });
+}
+
+// A group over `store` in which this process is `rank` of `size` (ProcessGroup::merge_remote_group).
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                                              const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                                              const int& size) {
+  return issue("merge", rank_, [&]() -> c10::intrusive_ptr<c10d::Backend> {
+    TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll merge: rank ", rank, " is outside a group of ", size);
+    const auto timeout = opts ? opts->timeout : timeout_;
+    const std::string name = opts && !opts->group_name.empty() ? opts->group_name : name_ + "/merge";
+    std::vector<uint64_t> global;
+    if (opts && opts->global_ranks_in_group.size() == static_cast<size_t>(size)) global = opts->global_ranks_in_group;
+    return c10::make_intrusive<ProcessGroupHiercoll>(store, rank, size, timeout, name, global);
+  });
+}
+#endif
+
+#if HIERCOLL_TORCH_HAS_RECONFIGURE
+namespace {
+// "hiercoll:<rank>:<uuid of the last reconfigure>:<global rank>:<pid>@<host>:<nonce>". Ordered sets of handles are
+// sorted as strings, which every rank does alike.
+struct Handle {
+  uint64_t global_rank;
+};
+
+Handle parse_handle(const std::string& handle) {
+  std::vector<std::string> fields;
+  size_t start = 0;
+  for (size_t colon; (colon = handle.find(':', start)) != std::string::npos; start = colon + 1) {
+    fields.push_back(handle.substr(start, colon - start));
+  }
+  fields.push_back(handle.substr(start));
+  TORCH_CHECK(fields.size() == 6 && fields[0] == "hiercoll", "hiercoll reconfigure: '", handle,
+              "' is not a hiercoll reconfigure handle (get_reconfigure_handle() of a hiercoll group)");
+  try {
+    return Handle{std::stoull(fields[3])};
+  } catch (const std::exception&) {
+    TORCH_CHECK(false, "hiercoll reconfigure: '", handle, "' is not a hiercoll reconfigure handle");
+  }
+}
+}  // namespace
+
+c10d::ReconfigureHandle ProcessGroupHiercoll::get_reconfigure_handle() const {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const uint64_t global = global_ranks_.empty() || rank_ >= static_cast<int>(global_ranks_.size())
+                              ? static_cast<uint64_t>(rank_)
+                              : global_ranks_[rank_];
+  return c10::str("hiercoll:", rank_, ":", reconfigure_uuid_, ":", global, ":", getpid(), "@", host, ":", nonce_);
+}
+
+// The communicator is replaced by one over the ranks whose handles `opts` lists (in order, or sorted when given as
+// a set), joined through this group's store under a prefix of the uuid. Every uuid is used once: each rank claims
+// it in the store, so a reused one is refused on every rank at once rather than found by a timeout.
+c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reconfigure(const c10d::ReconfigureOptions& opts) {
+  return issue("reconfigure", rank_, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    std::vector<std::string> handles;
+    std::visit([&](const auto& given) { handles.assign(given.begin(), given.end()); }, opts.handles);
+    if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles)) {
+      std::sort(handles.begin(), handles.end());
+    }
+    TORCH_CHECK(!handles.empty(), "hiercoll reconfigure: no handles");
+    TORCH_CHECK(std::unordered_set<std::string>(handles.begin(), handles.end()).size() == handles.size(),
+                "hiercoll reconfigure: a handle is listed twice");
+    std::vector<uint64_t> global;
+    for (const auto& handle : handles) global.push_back(parse_handle(handle).global_rank);
+    const std::string mine = get_reconfigure_handle();
+    const auto me = std::find(handles.begin(), handles.end(), mine);
+    TORCH_CHECK(me != handles.end(), "hiercoll reconfigure: this rank's handle (", mine, ") is not among the ",
+                handles.size(), " given");
+    const int new_rank = static_cast<int>(me - handles.begin());
+    const int new_size = static_cast<int>(handles.size());
+    auto store = c10::make_intrusive<c10d::PrefixStore>("hiercoll/reconfigure/" + std::to_string(opts.uuid), store_);
+    const auto key = "claimed/" + std::to_string(new_rank);
+    const std::vector<uint8_t> claim(mine.begin(), mine.end());
+    TORCH_CHECK(store->compareSet(key, {}, claim) == claim, "hiercoll reconfigure: uuid ", opts.uuid,
+                " was used before; every reconfigure() needs a new one");
+
+    completion_.drain();  // calls on the old communicator end first (at once where it failed)
+    auto comm = connect(std::make_shared<TorchStore>(store), new_rank, new_size, opts.timeout.value_or(timeout_));
+    std::unique_ptr<hiercoll::Communicator> old = std::exchange(comm_, std::move(comm));
+    if (old) {
+      old->on_failure({});
+      old->abort();  // its peers are replaced too, or gone: nothing of it is waited for
+    }
+    rank_ = new_rank;
+    size_ = new_size;
+    global_ranks_ = std::move(global);
+    reconfigure_uuid_ = opts.uuid;
+    sequence_ = 0;
+    failure_aborted_ = false;
+    hooks_->rearm_abort_hooks();
+    auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    done->markCompleted(c10::IValue(std::vector<at::Tensor>()));
+    return c10d::Work::create_from_future(done);
   });
 }
 #endif
@@ -65,12 +204,12 @@ c10d::ErrorType ProcessGroupHiercoll::getError() {
 
 void ProcessGroupHiercoll::abort() {
   failure_aborted_ = true;  // asked for: no abort hooks
-  comm_.abort();
+  comm().abort();
 }
 
 // A clean end: every issued call completes first (the communicator closes when the group is destroyed).
 void ProcessGroupHiercoll::shutdown() {
-  if (barrier_failed_) comm_.abort();
+  if (barrier_failed_) comm().abort();
   completion_.drain();
 }
 #endif
@@ -81,7 +220,7 @@ void ProcessGroupHiercoll::shutdown() {
 // that stopped calling collectives, say) dumps its record as well.
 void ProcessGroupHiercoll::after_failure() {
   hooks_->run_abort_hooks();
-  if (!failure_aborted_.exchange(true)) comm_.abort();
+  if (!failure_aborted_.exchange(true)) comm().abort();
 }
 
 #if HIERCOLL_TORCH_HAS_HOOKS
@@ -146,11 +285,11 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
   issue("monitored_barrier", rank_, [&] {
     if (rank_ == 0) {
       for (int peer = 1; peer < size_; ++peer) {
-        works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, peer, kArriveTag));
+        works.push_back(comm().recv(token(), 1, hiercoll::DataType::kInt32, peer, kArriveTag));
       }
     } else {
-      works.push_back(comm_.send(token(), 1, hiercoll::DataType::kInt32, 0, kArriveTag));
-      works.push_back(comm_.recv(token(), 1, hiercoll::DataType::kInt32, 0, kReleaseTag));
+      works.push_back(comm().send(token(), 1, hiercoll::DataType::kInt32, 0, kArriveTag));
+      works.push_back(comm().recv(token(), 1, hiercoll::DataType::kInt32, 0, kReleaseTag));
     }
   });
   submit(c10d::OpType::BARRIER, works, {}, keeping(tokens));
@@ -197,7 +336,7 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     for (int peer = 1; peer < size_; ++peer) {
       release_tokens.push_back(at::zeros({1}, at::kInt));
       releases.push_back(
-          comm_.send(release_tokens.back().data_ptr(), 1, hiercoll::DataType::kInt32, peer, kReleaseTag));
+          comm().send(release_tokens.back().data_ptr(), 1, hiercoll::DataType::kInt32, peer, kReleaseTag));
     }
   });
   for (size_t i = 0; i < releases.size(); ++i) {
@@ -210,14 +349,14 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
 
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                        std::chrono::milliseconds timeout, const std::string& name,
-                                                       std::vector<uint64_t> global_ranks) {
+                                                       std::vector<uint64_t> global_ranks, bool deferred) {
   return issue("init_process_group", rank, [&] {
     TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hiercoll init_process_group: rank ", rank,
                 " is outside a group of ", size);
     TORCH_CHECK(global_ranks.empty() || global_ranks.size() == static_cast<size_t>(size),
                 "hiercoll init_process_group: ", global_ranks.size(), " global ranks for a group of ", size);
     c10::intrusive_ptr<compat::BackendBase> group = c10::make_intrusive<ProcessGroupHiercoll>(
-        std::make_shared<TorchStore>(store), rank, size, timeout, name, std::move(global_ranks));
+        store, rank, size, timeout, name, std::move(global_ranks), deferred);
     return group;
   });
 }

@@ -24,13 +24,13 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "create_backend",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::duration<float> timeout,
-         const std::string& name, std::vector<uint64_t> global_ranks) {
+         const std::string& name, std::vector<uint64_t> global_ranks, bool deferred) {
         return hiercoll_torch::create_backend(store, rank, size,
                                               std::chrono::duration_cast<std::chrono::milliseconds>(timeout), name,
-                                              std::move(global_ranks));
+                                              std::move(global_ranks), deferred);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("name") = "world",
-      py::arg("global_ranks") = std::vector<uint64_t>(),
+      py::arg("global_ranks") = std::vector<uint64_t>(), py::arg("deferred") = false,
       // Joining blocks on the store and on peers: let other Python threads run meanwhile.
       py::call_guard<py::gil_scoped_release>());
   m.def(

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <random>
 #include <utility>
 
 #include "hiercoll/errors.hpp"
@@ -133,26 +134,40 @@ CallTensors staged(const at::Tensor& t, const at::Tensor& h, std::vector<at::Ten
 
 }  // namespace
 
-ProcessGroupHiercoll::ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size,
+ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                            std::chrono::milliseconds timeout, std::string name,
-                                           std::vector<uint64_t> global_ranks)
+                                           std::vector<uint64_t> global_ranks, bool deferred)
     : compat::BackendBase(rank, size),
       timeout_(timeout),
-      name_(name),
+      name_(std::move(name)),
+      store_(std::move(store)),
       global_ranks_(std::move(global_ranks)),
-      comm_([&] {
-        hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
-        options.timeout = timeout;  // HIERCOLL_TIMEOUT_MS, if set, still wins (the communicator applies it)
-        options.name = std::move(name);
-        return hiercoll::Communicator::create(std::move(store), rank, size, options);
-      }()) {
+      nonce_(std::random_device()()) {
   completion_.on_group_failure([this] { after_failure(); });
-  comm_.on_failure([this](hiercoll::ErrorCode, const std::string&) { completion_.group_failed(); });
+  if (!deferred) comm_ = connect(std::make_shared<TorchStore>(store_), rank, size, timeout);
 }
 
 ProcessGroupHiercoll::~ProcessGroupHiercoll() {
-  comm_.on_failure({});  // returns once a call in progress has: none reaches completion_ after this
-  if (barrier_failed_) comm_.abort();
+  if (!comm_) return;
+  comm_->on_failure({});  // returns once a call in progress has: none reaches completion_ after this
+  if (barrier_failed_) comm_->abort();
+}
+
+std::unique_ptr<hiercoll::Communicator> ProcessGroupHiercoll::connect(std::shared_ptr<hiercoll::Store> store, int rank,
+                                                                      int size, std::chrono::milliseconds timeout) {
+  hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
+  options.timeout = timeout;  // HIERCOLL_TIMEOUT_MS, if set, still wins (the communicator applies it)
+  options.name = name_;
+  auto comm = std::make_unique<hiercoll::Communicator>(
+      hiercoll::Communicator::create(std::move(store), rank, size, options));
+  comm->on_failure([this](hiercoll::ErrorCode, const std::string&) { completion_.group_failed(); });
+  return comm;
+}
+
+hiercoll::Communicator& ProcessGroupHiercoll::comm() {
+  TORCH_CHECK(comm_ != nullptr, "hiercoll: this group was made to be reconfigured (enable_reconfigure) and has no ",
+              "members yet: call reconfigure() on every rank first");
+  return *comm_;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, std::vector<hiercoll::Work> works,
@@ -188,10 +203,10 @@ std::vector<hiercoll::Work> ProcessGroupHiercoll::exchange(const std::vector<at:
       continue;
     }
     if (in.defined() && in.numel() > 0) {
-      works.push_back(comm_.recv(in.data_ptr(), in.numel(), data_type(in, "exchange"), peer, kCollectiveTag));
+      works.push_back(comm().recv(in.data_ptr(), in.numel(), data_type(in, "exchange"), peer, kCollectiveTag));
     }
     if (out.defined() && out.numel() > 0) {
-      works.push_back(comm_.send(out.data_ptr(), out.numel(), data_type(out, "exchange"), peer, kCollectiveTag));
+      works.push_back(comm().send(out.data_ptr(), out.numel(), data_type(out, "exchange"), peer, kCollectiveTag));
     }
   }
   return works;
@@ -204,7 +219,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
     check_rank(opts.rootRank, size_, "root", "broadcast");
     at::Tensor h = working(t);
     auto work =
-        comm_.broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank, stream_of(t));
+        comm().broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank, stream_of(t));
     return submit(c10d::OpType::BROADCAST, {work}, tensors, staged(t, h));
   });
 }
@@ -216,7 +231,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
     at::Tensor t = single(tensors, "allreduce");
     at::Tensor h = working(t);
     premultiply_(h, opts.reduceOp);
-    auto work = comm_.allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
+    auto work = comm().allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
                                 reduce_op(opts.reduceOp, t, "allreduce"), stream_of(t));
     return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged(t, h));
   });
@@ -245,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_sparse_coo(std::v
       std::vector<int64_t> shape{size_};
       for (int64_t d : mine.sizes()) shape.push_back(d);
       at::Tensor all = at::empty(shape, mine.options());
-      comm_.allgather(mine.data_ptr(), all.data_ptr(), mine.numel(), data_type(mine, "allreduce")).wait();
+      comm().allgather(mine.data_ptr(), all.data_ptr(), mine.numel(), data_type(mine, "allreduce")).wait();
       return all;
     };
     // Every rank's entry count and shape; ranks that disagree on the shape all fail, naming it.
@@ -295,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::ve
     at::Tensor fused = at::cat(flat);
     premultiply_(fused, opts.reduceOp);
     auto work =
-        comm_.allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(), data_type(tensors[0], "allreduce_coalesced"),
+        comm().allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(), data_type(tensors[0], "allreduce_coalesced"),
                         reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
     CallTensors results;
     results.results_in(tensors, fused);
@@ -310,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tens
     check_rank(opts.rootRank, size_, "root", "reduce");
     at::Tensor h = working(t);
     at::Tensor in = premultiplied(h, opts.reduceOp);
-    auto work = comm_.reduce(in.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
+    auto work = comm().reduce(in.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
                              reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank, stream_of(t));
     const bool root = opts.rootRank == rank_;
     return submit(c10d::OpType::REDUCE, {work}, tensors, root ? staged(t, h, {in}) : keeping({h, in}));
@@ -333,7 +348,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
     }
     at::Tensor h = host(in);
     at::Tensor gathered = at::empty({size_ * in.numel()}, h.options());
-    auto work = comm_.allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
+    auto work = comm().allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
     CallTensors results;
     results.keep(h);
     results.results_in(outs, gathered);  // each output has the input's size
@@ -351,7 +366,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_gather_single(at::Tenso
                 " elements, expected world size x input = ", size_ * input.numel());
     at::Tensor hin = working(input);
     at::Tensor hout = working(output);
-    auto work = comm_.allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
+    auto work = comm().allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
                                 stream_of(output));
     return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged(output, hout, {hin}));
   });
@@ -392,7 +407,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_coalesced(
     }
     at::Tensor fused = at::cat(flat);
     at::Tensor gathered = at::empty({size_ * fused.numel()}, fused.options());
-    auto work = comm_.allgather(fused.data_ptr(), gathered.data_ptr(), fused.numel(),
+    auto work = comm().allgather(fused.data_ptr(), gathered.data_ptr(), fused.numel(),
                                 data_type(inputs[0], "all_gather_coalesced"));
     std::vector<at::Tensor> results;
     for (const auto& outs : output_lists) results.insert(results.end(), outs.begin(), outs.end());
@@ -508,7 +523,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
     at::Tensor fused = at::cat(flat);
     premultiply_(fused, opts.reduceOp);
     at::Tensor hout = host(out);
-    auto work = comm_.reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
+    auto work = comm().reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
                                      reduce_op(opts.reduceOp, out, "reduce_scatter"));
     return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, staged(out, hout, {fused}));
   });
@@ -525,7 +540,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_single(at::T
     at::Tensor hin = premultiplied(working(input), opts.reduceOp);
     at::Tensor hout = working(output);
     auto work =
-        comm_.reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
+        comm().reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
                              reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
     return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged(output, hout, {hin}));
   });
@@ -556,7 +571,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tenso
       TORCH_CHECK(output.numel() == input.numel(), "hiercoll all_to_all_single: output has ", output.numel(),
                   " elements, input ", input.numel());
       at::Tensor hin = working(input), hout = working(output);
-      auto work = comm_.alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_, data_type(input, "alltoall"),
+      auto work = comm().alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_, data_type(input, "alltoall"),
                                  stream_of(output));
       return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged(output, hout, {hin}));
     }
@@ -616,7 +631,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::barrier(const c10d::BarrierOptions&) {
-  return issue("barrier", rank_, [&] { return submit(c10d::OpType::BARRIER, {comm_.barrier()}, {}); });
+  return issue("barrier", rank_, [&] { return submit(c10d::OpType::BARRIER, {comm().barrier()}, {}); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
@@ -625,7 +640,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor
     check_rank(dst_rank, size_, "destination rank", "send");
     TORCH_CHECK(tag >= 0, "hiercoll send: tags must be >= 0, got ", tag);
     at::Tensor h = host(t);
-    auto work = comm_.send(h.data_ptr(), h.numel(), data_type(t, "send"), dst_rank, static_cast<uint32_t>(tag));
+    auto work = comm().send(h.data_ptr(), h.numel(), data_type(t, "send"), dst_rank, static_cast<uint32_t>(tag));
     return submit(c10d::OpType::SEND, {work}, tensors, keeping({h}));
   });
 }
@@ -647,7 +662,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::receive(std::vector<at::Ten
   at::Tensor t = single(tensors, "recv");
   TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
   at::Tensor h = host(t);
-  auto work = comm_.recv(h.data_ptr(), h.numel(), data_type(t, "recv"), peer, static_cast<uint32_t>(tag));
+  auto work = comm().recv(h.data_ptr(), h.numel(), data_type(t, "recv"), peer, static_cast<uint32_t>(tag));
   auto handle = submit(type, {work}, tensors, staged(t, h));
   static_cast<WorkHiercoll&>(*handle).set_receive(work);  // sourceRank() names the sender
   return handle;

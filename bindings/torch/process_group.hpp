@@ -17,10 +17,11 @@ namespace hiercoll_torch {
 /// messages (gather, scatter, uneven all_to_all, send/recv) and list forms stage them through host memory.
 class ProcessGroupHiercoll : public compat::BackendBase {
  public:
-  /// `global_ranks`: the members' ranks in the default group, by group rank (torch's flight recorder names the
-  /// dump files by them); empty when not known.
-  ProcessGroupHiercoll(std::shared_ptr<hiercoll::Store> store, int rank, int size, std::chrono::milliseconds timeout,
-                       std::string name = "world", std::vector<uint64_t> global_ranks = {});
+  /// Joins the group through `store`. `global_ranks`: the members' ranks in the default group, by group rank
+  /// (torch's flight recorder names the dump files by them); empty when not known. `deferred` (torch's
+  /// enable_reconfigure): no communicator until reconfigure() makes one.
+  ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+                       std::string name = "world", std::vector<uint64_t> global_ranks = {}, bool deferred = false);
   ~ProcessGroupHiercoll() override;
 
   const std::string getBackendName() const override { return "hiercoll"; }
@@ -50,6 +51,24 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   bool supportsAbortHooks() const override { return true; }
   void registerAbortHook(int64_t hook_id, c10d::AbortHook hook) override;
   void unregisterAbortHook(int64_t hook_id) override;
+#endif
+
+  // Fault tolerance. shrink: a new group without the excluded ranks (dist.shrink_group); merge: a new group over
+  // another store. reconfigure: this group's communicator replaced by one over the ranks whose handles are given
+  // (grow, shrink, split or merge by handles; torch's enable_reconfigure makes a group that has none until then).
+#if HIERCOLL_TORCH_HAS_SHRINK
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+                                     const c10::intrusive_ptr<Options>& opts_override = nullptr) override;
+  c10::intrusive_ptr<Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                    const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                    const int& size) override;
+#endif
+#if HIERCOLL_TORCH_HAS_RECONFIGURE
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+  bool isInitialized() override { return comm_ != nullptr; }
 #endif
 
   // Lifecycle and health. A group whose communicator fails (a timeout, a peer that died or aborted) runs its abort
@@ -158,7 +177,7 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
-  hiercoll::Communicator& communicator() { return comm_; }
+  hiercoll::Communicator& communicator() { return comm(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
@@ -185,9 +204,19 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   // settles a failed call first).
   void after_failure();
 
+  // A communicator over `store` for rank `rank` of `size`, whose failures reach completion_.
+  std::unique_ptr<hiercoll::Communicator> connect(std::shared_ptr<hiercoll::Store> store, int rank, int size,
+                                                  std::chrono::milliseconds timeout);
+  // The group's communicator; raises if it has none yet (a deferred group before reconfigure()).
+  hiercoll::Communicator& comm();
+
   std::chrono::milliseconds timeout_;
   const std::string name_;
-  const std::vector<uint64_t> global_ranks_;
+  const c10::intrusive_ptr<c10d::Store> store_;  // torch's, for groups made from this one (split, shrink, reconfigure)
+  std::vector<uint64_t> global_ranks_;           // changed by reconfigure() only
+  const uint64_t nonce_;                         // makes this group's reconfigure handle unique across hosts
+  int64_t reconfigure_uuid_ = -1;                // of the last reconfigure()
+  int shrinks_ = 0;                              // groups shrunk from this one, for their names
   // Declared before comm_ and completion_: Works tell it as they complete, until completion_ is gone.
   std::unique_ptr<GroupHooks> hooks_ = std::make_unique<GroupHooks>();
   std::atomic<bool> failure_aborted_{false};  // the communicator was aborted (after a failure, or asked to)
@@ -197,7 +226,7 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   std::atomic<bool> barrier_failed_{false};
   bool coalescing_ = false;
   std::vector<CompletionThread::Pending> coalesced_;  // the calls since startCoalescing
-  hiercoll::Communicator comm_;
+  std::unique_ptr<hiercoll::Communicator> comm_;  // replaced by reconfigure(), between calls only
   CompletionThread completion_;  // declared after comm_: destroyed first, so pending calls drain before the comm goes
 };
 
@@ -205,6 +234,6 @@ class ProcessGroupHiercoll : public compat::BackendBase {
 c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                        std::chrono::milliseconds timeout,
                                                        const std::string& name = "world",
-                                                       std::vector<uint64_t> global_ranks = {});
+                                                       std::vector<uint64_t> global_ranks = {}, bool deferred = false);
 
 }  // namespace hiercoll_torch

@@ -46,6 +46,14 @@ HIERCOLL_C_API hiercoll_result_t hiercoll_comm_init_env(hiercoll_comm_t* comm);
 HIERCOLL_C_API hiercoll_result_t hiercoll_comm_destroy(hiercoll_comm_t comm);
 /* Fails pending operations without waiting for peers, then frees. */
 HIERCOLL_C_API hiercoll_result_t hiercoll_comm_abort(hiercoll_comm_t comm);
+/* Told once when the communicator breaks for a reason other than its own abort: an operation of this rank failed
+ * (told before that operation completes), or a peer died, aborted or went silent. Runs on one of hiercoll's threads
+ * with the error code, a NUL-terminated reason (valid during the call) and `user_data`; it must return soon and must
+ * not call into `comm`. Told at once if the communicator broke before. fn == NULL removes it, waiting for a call in
+ * progress to return. */
+typedef void (*hiercoll_failure_fn)(hiercoll_result_t code, const char* reason, void* user_data);
+HIERCOLL_C_API hiercoll_result_t hiercoll_comm_on_failure(hiercoll_comm_t comm, hiercoll_failure_fn fn,
+                                                          void* user_data);
 HIERCOLL_C_API hiercoll_result_t hiercoll_comm_rank(hiercoll_comm_t comm, int* rank);
 HIERCOLL_C_API hiercoll_result_t hiercoll_comm_size(hiercoll_comm_t comm, int* size);
 

@@ -1,8 +1,10 @@
 /* One rank of the C API test (launched by hiercoll_launch): allreduce, broadcast and allgather against
- * a reference computed here, plus error codes and messages for bad calls. Plain C. */
+ * a reference computed here, plus error codes and messages for bad calls, and the failure callback. Plain C. */
 #include <hiercoll/hiercoll.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 static int failures = 0;
 #define EXPECT(cond)                                                             \
@@ -12,6 +14,13 @@ static int failures = 0;
       ++failures;                                                                \
     }                                                                            \
   } while (0)
+
+/* The failure callback's record: the code it was told (0 until then). */
+static _Atomic int told = 0;
+static void on_failure(hiercoll_result_t code, const char* reason, void* user_data) {
+  (void)reason;
+  atomic_store((_Atomic int*)user_data, (int)code);
+}
 
 int main(void) {
   hiercoll_comm_t comm = NULL;
@@ -74,7 +83,22 @@ int main(void) {
   EXPECT(hiercoll_comm_rank(NULL, &rank) == HIERCOLL_ERROR_INVALID_USAGE);
   EXPECT(hiercoll_barrier(comm) == HIERCOLL_SUCCESS);
 
-  EXPECT(hiercoll_comm_destroy(comm) == HIERCOLL_SUCCESS);
+  /* A failure callback: the last rank aborts (it is not told of its own abort); every other rank is told that a
+   * peer gave up, with nothing of its own in flight. */
+  EXPECT(hiercoll_comm_on_failure(comm, on_failure, &told) == HIERCOLL_SUCCESS);
+  EXPECT(hiercoll_barrier(comm) == HIERCOLL_SUCCESS);
+  if (rank == size - 1) {
+    EXPECT(hiercoll_comm_abort(comm) == HIERCOLL_SUCCESS);
+    EXPECT(atomic_load(&told) == 0);
+  } else {
+    for (int i = 0; i < 1000 && atomic_load(&told) == 0; ++i) {
+      struct timespec tick = {0, 10 * 1000 * 1000};
+      nanosleep(&tick, NULL);
+    }
+    EXPECT(atomic_load(&told) == HIERCOLL_ERROR_REMOTE);
+    EXPECT(hiercoll_comm_on_failure(comm, NULL, NULL) == HIERCOLL_SUCCESS);
+    EXPECT(hiercoll_comm_destroy(comm) == HIERCOLL_SUCCESS);
+  }
   printf("c api: %d failures\n", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -290,3 +290,52 @@ def test_flight_recorder_dumps_name_the_rank_that_stopped(tmp_path):
     report = trace.stdout + trace.stderr
     assert "missing ranks: {2}" in report, report[-3000:]
     assert "collective: hiercoll:all_reduce" in report, report[-3000:]
+
+
+@pytest.mark.skipif(not _torch_at_least(2, 15), reason="torch's reconfigure API came with 2.15")
+@pytest.mark.parametrize("backend", ["hiercoll", "gloo"])
+def test_reconfigure_contract_beside_gloo(backend):
+    """PyTorch's fault-tolerance scenarios (test_c10d_fault_tolerance.py) on 4 ranks: configure, shrink, grow, split
+    and merge by handles, reconfigure after abort; every step's collectives right on every member. A reused uuid is
+    refused on every rank at once by hiercoll; gloo's rank 0 refuses it, and its other ranks either reconnect over the
+    uuid's old keys or time out connecting."""
+    outputs = run_ranks(4, "worker_reconfigure.py", [backend], timeout=180)
+    assert all(f"rank {r}: 0 problems" in out for r, out in enumerate(outputs)), outputs
+    refused = [r for r, out in enumerate(outputs) if f"rank {r}: reused uuid refused" in out]
+    if backend == "hiercoll":
+        assert refused == [0, 1, 2, 3], outputs
+        assert all("refused in 0." in out for out in outputs), outputs  # at once, not at a timeout
+    else:
+        assert 0 in refused, outputs
+
+
+@pytest.mark.skipif(not _torch_at_least(2, 15), reason="dist.shrink_group reaches custom backends from 2.15")
+def test_shrink_after_a_sigkill_continues_ddp_as_the_serial_reference(tmp_path):
+    """4 ranks train with DDP; rank 3 is SIGKILLed at step 3; the survivors' step fails, they dist.shrink_group([3])
+    and train on to step 6. Their parameters equal a serial run: steps 0-2 averaging 4 ranks' gradients, steps 3-5
+    averaging 3 ranks'. (gloo has no shrink: NCCL alone implements it in PyTorch.)"""
+    kill_at, steps = 3, 6
+    outputs = run_ranks(4, "worker_shrink.py", [tmp_path / "params", kill_at, steps], killed=(3,), timeout=180)
+    for rank in range(3):
+        assert f"rank {rank}: shrunk to 3 ranks" in outputs[rank], outputs
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    for step in range(steps):
+        ranks = 4 if step < kill_at else 3
+        grads = [torch.zeros_like(p) for p in model.parameters()]
+        for r in range(ranks):
+            g = torch.Generator().manual_seed(1000 * step + r)
+            x, y = torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
+            model.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            for acc, p in zip(grads, model.parameters()):
+                acc += p.grad / ranks
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                p -= 0.1 * g
+    want = dict(model.named_parameters())
+    for rank in range(3):
+        got = torch.load(f"{tmp_path / 'params'}.{rank}")
+        for name, value in got.items():
+            assert torch.allclose(value, want[name].detach(), rtol=1e-5, atol=1e-6), \
+                f"rank {rank} {name} differs from the serial reference by {(value - want[name]).abs().max().item()}"

@@ -24,8 +24,10 @@ def _create_backend(dist_options, backend_options=None):
     # each process has made before (a process outside a subgroup makes none for it).
     # The members' global ranks name torch's flight-recorder dumps (older torch releases pass none).
     global_ranks = list(getattr(dist_options, "global_ranks_in_group", None) or [])
+    # enable_reconfigure (torch >= 2.15): no communicator until ProcessGroup.reconfigure() names the members.
+    deferred = bool(getattr(dist_options, "enable_reconfigure", False))
     return _C.create_backend(dist_options.store, dist_options.group_rank, dist_options.group_size,
-                             dist_options.timeout, "pg-" + str(dist_options.group_id), global_ranks)
+                             dist_options.timeout, "pg-" + str(dist_options.group_id), global_ranks, deferred)
 
 
 def _register():
@@ -35,6 +37,29 @@ def _register():
         return  # imported twice
     # CUDA tensors stay on the device where hiercoll was built with CUDA (docs/torch.md says which calls stage).
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])
+    _fix_shrunk_groups()
+
+
+def _fix_shrunk_groups():
+    """torch 2.15's dist.shrink_group registers a shrunk group's CPU backend under the GLOO type whatever backend it
+    is, and DDP's logger then takes hiercoll's for ProcessGroupGloo and crashes. A shrunk hiercoll group is registered
+    as CUSTOM instead, as init_process_group registers it. Applied once, to torch releases that have shrink_group."""
+    c10d = dist.distributed_c10d
+    create = getattr(c10d, "_create_shrunk_process_group", None)
+    if create is None or getattr(create, "_hiercoll_fixed", False):
+        return
+
+    def create_shrunk(new_backend, *args, **kwargs):
+        group = create(new_backend, *args, **kwargs)
+        if new_backend.name() == BACKEND_NAME:
+            device = group.bound_device_id or torch.device("cpu")
+            custom = c10d.ProcessGroup.BackendType.CUSTOM
+            group._register_backend(torch.device(device.type), custom, new_backend)
+            group._set_default_backend(custom)
+        return group
+
+    create_shrunk._hiercoll_fixed = True
+    c10d._create_shrunk_process_group = create_shrunk
 
 
 def _backend_of(group):
