@@ -168,7 +168,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reconfigure(const c10d::Rec
     const auto key = "claimed/" + std::to_string(new_rank);
     const std::vector<uint8_t> claim(mine.begin(), mine.end());
     TORCH_CHECK(store->compareSet(key, {}, claim) == claim, "hiercoll reconfigure: uuid ", opts.uuid,
-                " was used before; every reconfigure() needs a new one");
+                " was already used; every reconfigure() needs a new one");
 
     completion_.drain();  // calls on the old communicator end first (at once where it failed)
     auto comm = connect(std::make_shared<TorchStore>(store), new_rank, new_size, opts.timeout.value_or(timeout_));

@@ -78,10 +78,13 @@ void CommunicatorImpl::on_failure(Communicator::FailureCallback callback) {
 
 void CommunicatorImpl::throw_stopped(const std::string& what) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
-  // Aborted after a failure (as torch's backend aborts it after a timeout): the failure is what the caller must hear.
+  // Aborted after a failure (as torch's backend aborts it after a timeout): the failure is what the caller must hear,
+  // as the kind it was (a timeout stays a timeout: torch's callers look for "timed out").
   if (failure_told_) {
-    throw RemoteError(what + ": the communicator is broken by an earlier error: " + failure_told_->second +
-                      " (and was aborted since)");
+    const std::string message =
+        what + ": the communicator is broken by an earlier error: " + failure_told_->second + " (and was aborted since)";
+    if (failure_told_->first == ErrorCode::kTimeout) throw TimeoutError(message);
+    throw RemoteError(message);
   }
   throw InvalidUsageError(what + ": the communicator was aborted or destroyed");
 }
