@@ -1,5 +1,3 @@
-#include "process_group.hpp"
-
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -8,12 +6,13 @@
 #include <utility>
 
 #include "issue.hpp"
+#include "process_group.hpp"
 #include "torch_store.hpp"
 
 #if HIERCOLL_TORCH_HAS_RECONFIGURE
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unordered_set>
 #include <variant>
 #endif
@@ -25,7 +24,7 @@ namespace hiercoll_torch {
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptions() {
   auto options = c10::make_intrusive<Options>(getBackendName(), timeout_);
-#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT  // the release whose Options grew these fields
+#if HIERCOLL_TORCH_HAS_BACKEND_SPLIT               // the release whose Options grew these fields
   options->global_ranks_in_group = global_ranks_;  // torch's flight recorder names its dump files by them
   options->group_name = name_;
 #endif
@@ -76,10 +75,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHiercoll::shrink(const std::vector
       excluded[r] = true;
     }
     constexpr int kShrinkAbort = 0x01;  // torch.distributed.SHRINK_ABORT
-    if ((shrink_flags & kShrinkAbort) && comm_) {
-      failure_aborted_ = true;
-      comm_->abort();
-    }
+    if (shrink_flags & kShrinkAbort) abort_communicator();
     int new_rank = 0, new_size = 0;
     std::vector<uint64_t> global;
     for (int r = 0; r < size_; ++r) {
@@ -182,7 +178,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reconfigure(const c10d::Rec
     global_ranks_ = std::move(global);
     reconfigure_uuid_ = opts.uuid;
     sequence_ = 0;
-    failure_aborted_ = false;
+    {
+      std::lock_guard<std::mutex> lock(abort_mutex_);
+      communicator_aborted_ = false;
+    }
     hooks_->rearm_abort_hooks();
     auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
     done->markCompleted(c10::IValue(std::vector<at::Tensor>()));
@@ -202,14 +201,11 @@ c10d::ErrorType ProcessGroupHiercoll::getError() {
   }
 }
 
-void ProcessGroupHiercoll::abort() {
-  failure_aborted_ = true;  // asked for: no abort hooks
-  comm().abort();
-}
+void ProcessGroupHiercoll::abort() { abort_communicator(); }  // asked for: no abort hooks
 
 // A clean end: every issued call completes first (the communicator closes when the group is destroyed).
 void ProcessGroupHiercoll::shutdown() {
-  if (barrier_failed_) comm().abort();
+  if (barrier_failed_) abort_communicator();
   completion_.drain();
 }
 #endif
@@ -220,7 +216,12 @@ void ProcessGroupHiercoll::shutdown() {
 // that stopped calling collectives, say) dumps its record as well.
 void ProcessGroupHiercoll::after_failure() {
   hooks_->run_abort_hooks();
-  if (!failure_aborted_.exchange(true)) comm().abort();
+  abort_communicator();
+}
+
+void ProcessGroupHiercoll::abort_communicator() {
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (comm_ && !std::exchange(communicator_aborted_, true)) comm_->abort();
 }
 
 #if HIERCOLL_TORCH_HAS_HOOKS
@@ -355,8 +356,8 @@ c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<
                 " is outside a group of ", size);
     TORCH_CHECK(global_ranks.empty() || global_ranks.size() == static_cast<size_t>(size),
                 "hiercoll init_process_group: ", global_ranks.size(), " global ranks for a group of ", size);
-    c10::intrusive_ptr<compat::BackendBase> group = c10::make_intrusive<ProcessGroupHiercoll>(
-        store, rank, size, timeout, name, std::move(global_ranks), deferred);
+    c10::intrusive_ptr<compat::BackendBase> group =
+        c10::make_intrusive<ProcessGroupHiercoll>(store, rank, size, timeout, name, std::move(global_ranks), deferred);
     return group;
   });
 }

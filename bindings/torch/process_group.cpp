@@ -9,130 +9,11 @@
 #include <utility>
 
 #include "hiercoll/errors.hpp"
-#ifdef HIERCOLL_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
 #include "issue.hpp"
+#include "tensors.hpp"
 #include "torch_store.hpp"
 
 namespace hiercoll_torch {
-
-namespace {
-
-hiercoll::DataType data_type(const at::Tensor& t, const char* op) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return hiercoll::DataType::kFloat32;
-    case at::kDouble: return hiercoll::DataType::kFloat64;
-    case at::kHalf: return hiercoll::DataType::kFloat16;
-    case at::kBFloat16: return hiercoll::DataType::kBFloat16;
-    case at::kChar: return hiercoll::DataType::kInt8;
-    case at::kByte: return hiercoll::DataType::kUInt8;
-    case at::kBool: return hiercoll::DataType::kUInt8;
-    case at::kInt: return hiercoll::DataType::kInt32;
-    case at::kLong: return hiercoll::DataType::kInt64;
-    default:
-      TORCH_CHECK(false, "hiercoll ", op, ": tensors of type ", t.scalar_type(),
-                  " are not supported (float, double, half, bfloat16, int8, uint8, bool, int32, int64 are)");
-  }
-}
-
-// bool tensors reduce as bytes: SUM and MAX are "or", PRODUCT and MIN are "and" (as ProcessGroupNCCL does).
-hiercoll::ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const char* name) {
-  const bool boolean = t.scalar_type() == at::kBool;
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: return boolean ? hiercoll::ReduceOp::kMax : hiercoll::ReduceOp::kSum;
-    case c10d::ReduceOp::PRODUCT: return boolean ? hiercoll::ReduceOp::kMin : hiercoll::ReduceOp::kProd;
-    case c10d::ReduceOp::MIN: return hiercoll::ReduceOp::kMin;
-    case c10d::ReduceOp::MAX: return hiercoll::ReduceOp::kMax;
-    case c10d::ReduceOp::AVG:  // hiercoll refuses it on integers, naming the type
-      TORCH_CHECK(!boolean, "hiercoll ", name, ": AVG is not defined on bool tensors");
-      return hiercoll::ReduceOp::kAvg;
-    case c10d::ReduceOp::PREMUL_SUM:
-      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "hiercoll ", name,
-                  ": PREMUL_SUM is defined on floating-point tensors, got ", t.scalar_type());
-      return hiercoll::ReduceOp::kSum;  // of the inputs premultiplied by premultiplied()
-    default:
-      TORCH_CHECK(false, "hiercoll ", name, ": reduce op ", static_cast<int>(op.op_),
-                  " is not supported (SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM are)");
-  }
-}
-
-// PREMUL_SUM (FSDP2 reduce-scatters gradients with it) sums every rank's input times a factor: the factor
-// as a scalar tensor on `t`'s device and type, undefined for every other op.
-at::Tensor premul_factor(const c10d::ReduceOp& op, const at::Tensor& t) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return {};
-  const auto* supplement = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK(supplement != nullptr, "hiercoll: PREMUL_SUM without its factor");
-  if (supplement->tensor_factor.defined()) return supplement->tensor_factor.to(t.options()).reshape({});
-  return at::scalar_tensor(supplement->double_factor, t.options());
-}
-
-// The input a reduction reads: `t` itself, or for PREMUL_SUM a scaled copy (the caller's input stays as it was).
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
-  at::Tensor factor = premul_factor(op, t);
-  return factor.defined() ? t * factor : t;
-}
-
-// The same for a buffer the reduction overwrites anyway (allreduce's in-place tensor, a fused staging copy).
-void premultiply_(at::Tensor& t, const c10d::ReduceOp& op) {
-  at::Tensor factor = premul_factor(op, t);
-  if (factor.defined()) t.mul_(factor);
-}
-
-void check_tensor(const at::Tensor& t, const char* op) {
-  TORCH_CHECK(t.defined(), "hiercoll ", op, ": undefined tensor");
-  TORCH_CHECK(t.layout() == at::kStrided, "hiercoll ", op, ": only dense tensors are supported, got ", t.layout());
-  TORCH_CHECK(t.is_contiguous(), "hiercoll ", op, ": tensors must be contiguous");
-  TORCH_CHECK(t.is_cpu() || t.is_cuda(), "hiercoll ", op, ": tensors must be on CPU or CUDA, got ", t.device());
-}
-
-at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK(tensors.size() == 1, "hiercoll ", op, ": expects exactly one tensor per process, got ", tensors.size());
-  check_tensor(tensors[0], op);
-  return tensors[0];
-}
-
-void check_same_kind(const at::Tensor& a, const at::Tensor& b, const char* op) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "hiercoll ", op, ": mismatched tensor types ", a.scalar_type(),
-              " and ", b.scalar_type());
-  TORCH_CHECK(a.device() == b.device(), "hiercoll ", op, ": tensors on different devices ", a.device(), " and ",
-              b.device());
-}
-
-// CUDA tensors are used in place when hiercoll has its device path and torch has CUDA; otherwise, and for
-// the calls built from point-to-point messages, they are staged through a host copy.
-bool on_device(const at::Tensor& t) {
-#ifdef HIERCOLL_TORCH_CUDA
-  return t.is_cuda() && hiercoll::Communicator::device_buffers_supported();
-#else
-  (void)t;
-  return false;
-#endif
-}
-
-// Device collectives run after the work already on the caller's current stream, as with ProcessGroupNCCL.
-hiercoll::CallOptions stream_of(const at::Tensor& t) {
-  hiercoll::CallOptions options;
-#ifdef HIERCOLL_TORCH_CUDA
-  if (t.is_cuda()) options.stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-#else
-  (void)t;
-#endif
-  return options;
-}
-
-// The memory hiercoll reads and writes: the tensor itself on CPU (or on CUDA, see on_device), else a host copy.
-at::Tensor host(const at::Tensor& t) { return t.is_cpu() ? t : t.to(at::kCPU); }
-at::Tensor working(const at::Tensor& t) { return on_device(t) ? t : host(t); }
-// A call whose result hiercoll writes to `h` (the caller's `t`, or a host copy of it) after reading `inputs`.
-CallTensors staged(const at::Tensor& t, const at::Tensor& h, std::vector<at::Tensor> inputs = {}) {
-  CallTensors tensors;
-  tensors.in_use = std::move(inputs);
-  tensors.result_in(t, h);
-  return tensors;
-}
-
-}  // namespace
 
 ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                            std::chrono::milliseconds timeout, std::string name,
@@ -150,7 +31,7 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store
 ProcessGroupHiercoll::~ProcessGroupHiercoll() {
   if (!comm_) return;
   comm_->on_failure({});  // returns once a call in progress has: none reaches completion_ after this
-  if (barrier_failed_) comm_->abort();
+  if (barrier_failed_) abort_communicator();
 }
 
 std::unique_ptr<hiercoll::Communicator> ProcessGroupHiercoll::connect(std::shared_ptr<hiercoll::Store> store, int rank,
@@ -190,26 +71,6 @@ void ProcessGroupHiercoll::enqueue(CompletionThread::Pending pending) {
   } else {
     completion_.add(std::move(pending));
   }
-}
-
-std::vector<hiercoll::Work> ProcessGroupHiercoll::exchange(const std::vector<at::Tensor>& to_peer,
-                                                           const std::vector<at::Tensor>& from_peer) {
-  std::vector<hiercoll::Work> works;
-  for (int peer = 0; peer < size_; ++peer) {
-    const at::Tensor& out = to_peer[peer];
-    const at::Tensor& in = from_peer[peer];
-    if (peer == rank_) {
-      if (in.defined() && out.defined() && in.numel() > 0) in.copy_(out);
-      continue;
-    }
-    if (in.defined() && in.numel() > 0) {
-      works.push_back(comm().recv(in.data_ptr(), in.numel(), data_type(in, "exchange"), peer, kCollectiveTag));
-    }
-    if (out.defined() && out.numel() > 0) {
-      works.push_back(comm().send(out.data_ptr(), out.numel(), data_type(out, "exchange"), peer, kCollectiveTag));
-    }
-  }
-  return works;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::Tensor>& tensors,
@@ -420,90 +281,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather_coalesced(
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                            std::vector<at::Tensor>& inputs,
-                                                            const c10d::GatherOptions& opts) {
-  return issue("gather", rank_, [&] {
-    at::Tensor in = single(inputs, "gather");
-    check_rank(opts.rootRank, size_, "root", "gather");
-    std::vector<at::Tensor> outs;
-    if (rank_ == opts.rootRank) {
-      TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-                  "hiercoll gather: the root needs one output list of ", size_, " tensors");
-      outs = outputs[0];
-      for (int peer = 0; peer < size_; ++peer) {
-        check_tensor(outs[peer], "gather");
-        check_same_kind(outs[peer], in, "gather");
-        TORCH_CHECK(outs[peer].numel() == in.numel(), "hiercoll gather: output tensors must have the input's ",
-                    in.numel(), " elements");
-      }
-    } else {
-      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                  "hiercoll gather: only the root passes output tensors");
-    }
-    return gather_to_root(in, outs, opts.rootRank, outs);
-  });
-}
-
-#if HIERCOLL_TORCH_HAS_GATHER_SINGLE
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_single(at::Tensor& output, at::Tensor& input,
-                                                                        const c10d::GatherOptions& opts) {
-  return issue("gather_single", rank_, [&] {
-    check_tensor(input, "gather_single");
-    check_rank(opts.rootRank, size_, "root", "gather_single");
-    std::vector<at::Tensor> parts;
-    if (rank_ == opts.rootRank) {
-      check_tensor(output, "gather_single");
-      check_same_kind(output, input, "gather_single");
-      TORCH_CHECK(output.numel() == input.numel() * size_, "hiercoll gather_single: the output must hold ", size_,
-                  " x ", input.numel(), " elements, it has ", output.numel());
-      parts = output.view(-1).chunk(size_);  // contiguous: each part is rank i's slot in place
-    }
-    return gather_to_root(input, parts, opts.rootRank, {output});
-  });
-}
-#endif
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_to_root(const at::Tensor& input,
-                                                                    std::vector<at::Tensor> parts, int root,
-                                                                    std::vector<at::Tensor> result) {
-  std::vector<at::Tensor> to_peer(size_), from_peer(size_);
-  to_peer[root] = host(input);
-  for (size_t peer = 0; peer < parts.size(); ++peer) from_peer[peer] = host(parts[peer]);
-  auto works = exchange(to_peer, from_peer);
-  CallTensors tensors;
-  tensors.keep(to_peer[root]);
-  for (size_t i = 0; i < parts.size(); ++i) tensors.result_in(parts[i], from_peer[i]);
-  return submit(c10d::OpType::GATHER, std::move(works), std::move(result), std::move(tensors));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Tensor>& outputs,
-                                                             std::vector<std::vector<at::Tensor>>& inputs,
-                                                             const c10d::ScatterOptions& opts) {
-  return issue("scatter", rank_, [&] {
-    at::Tensor out = single(outputs, "scatter");
-    check_rank(opts.rootRank, size_, "root", "scatter");
-    at::Tensor hout = host(out);
-    std::vector<at::Tensor> to_peer(size_), from_peer(size_);
-    if (rank_ == opts.rootRank) {
-      TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-                  "hiercoll scatter: the root needs one input list of ", size_, " tensors");
-      for (int peer = 0; peer < size_; ++peer) {
-        check_tensor(inputs[0][peer], "scatter");
-        check_same_kind(inputs[0][peer], out, "scatter");
-        TORCH_CHECK(inputs[0][peer].numel() == out.numel(), "hiercoll scatter: input tensors must have the output's ",
-                    out.numel(), " elements");
-        to_peer[peer] = host(inputs[0][peer]);
-      }
-    } else {
-      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                  "hiercoll scatter: only the root passes input tensors");
-    }
-    from_peer[opts.rootRank] = hout;
-    auto works = exchange(to_peer, from_peer);
-    return submit(c10d::OpType::SCATTER, std::move(works), outputs, staged(out, hout, to_peer));
-  });
-}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                     std::vector<std::vector<at::Tensor>>& inputs,
@@ -604,69 +381,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tenso
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Tensor>& outputs,
-                                                              std::vector<at::Tensor>& inputs,
-                                                              const c10d::AllToAllOptions&) {
-  return issue("alltoall", rank_, [&] {
-    TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
-                "hiercoll all_to_all: expects ", size_, " input and output tensors, got ", inputs.size(), " and ",
-                outputs.size());
-    std::vector<at::Tensor> to_peer, from_peer;
-    for (int peer = 0; peer < size_; ++peer) {
-      check_tensor(inputs[peer], "all_to_all");
-      check_tensor(outputs[peer], "all_to_all");
-      check_same_kind(inputs[peer], outputs[0], "all_to_all");
-      check_same_kind(outputs[peer], outputs[0], "all_to_all");
-      to_peer.push_back(host(inputs[peer]));
-      from_peer.push_back(host(outputs[peer]));
-    }
-    TORCH_CHECK(outputs[rank_].numel() == inputs[rank_].numel(),
-                "hiercoll all_to_all: this rank's own input and output differ in size");
-    auto works = exchange(to_peer, from_peer);
-    CallTensors tensors;
-    tensors.in_use = to_peer;
-    for (int peer = 0; peer < size_; ++peer) tensors.result_in(outputs[peer], from_peer[peer]);
-    return submit(c10d::OpType::ALLTOALL, std::move(works), outputs, std::move(tensors));
-  });
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::barrier(const c10d::BarrierOptions&) {
   return issue("barrier", rank_, [&] { return submit(c10d::OpType::BARRIER, {comm().barrier()}, {}); });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return issue("send", rank_, [&] {
-    at::Tensor t = single(tensors, "send");
-    check_rank(dst_rank, size_, "destination rank", "send");
-    TORCH_CHECK(tag >= 0, "hiercoll send: tags must be >= 0, got ", tag);
-    at::Tensor h = host(t);
-    auto work = comm().send(h.data_ptr(), h.numel(), data_type(t, "send"), dst_rank, static_cast<uint32_t>(tag));
-    return submit(c10d::OpType::SEND, {work}, tensors, keeping({h}));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return issue("recv", rank_, [&] {
-    check_rank(src_rank, size_, "source rank", "recv");
-    return receive(tensors, src_rank, tag, c10d::OpType::RECV);
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return issue("recv", rank_,
-               [&] { return receive(tensors, hiercoll::Communicator::kAnySource, tag, c10d::OpType::RECVANYSOURCE); });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::receive(std::vector<at::Tensor>& tensors, int peer, int tag,
-                                                             c10d::OpType type) {
-  at::Tensor t = single(tensors, "recv");
-  TORCH_CHECK(tag >= 0, "hiercoll recv: tags must be >= 0, got ", tag);
-  at::Tensor h = host(t);
-  auto work = comm().recv(h.data_ptr(), h.numel(), data_type(t, "recv"), peer, static_cast<uint32_t>(tag));
-  auto handle = submit(type, {work}, tensors, staged(t, h));
-  static_cast<WorkHiercoll&>(*handle).set_receive(work);  // sourceRank() names the sender
-  return handle;
-}
 
 // ---- Coalescing ------------------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "compat.hpp"
 #include "completion.hpp"
@@ -203,6 +204,9 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   // After the communicator failed: torch's abort hooks, then abort (on the completion thread, or on the thread that
   // settles a failed call first).
   void after_failure();
+  // Aborts the communicator once, whoever asks (a failure, the program, a shrink); a caller that finds another's
+  // abort under way returns when it has finished, so that no call is issued on a communicator half aborted.
+  void abort_communicator();
 
   // A communicator over `store` for rank `rank` of `size`, whose failures reach completion_.
   std::unique_ptr<hiercoll::Communicator> connect(std::shared_ptr<hiercoll::Store> store, int rank, int size,
@@ -219,7 +223,8 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   int shrinks_ = 0;                              // groups shrunk from this one, for their names
   // Declared before comm_ and completion_: Works tell it as they complete, until completion_ is gone.
   std::unique_ptr<GroupHooks> hooks_ = std::make_unique<GroupHooks>();
-  std::atomic<bool> failure_aborted_{false};  // the communicator was aborted (after a failure, or asked to)
+  std::mutex abort_mutex_;
+  bool communicator_aborted_ = false;  // under abort_mutex_: comm_ was aborted (after a failure, or asked to)
   std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
   // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
   // abort instead of waiting the group's whole timeout for them.

@@ -60,6 +60,7 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
     if (halt_) return;
     halt_ = base::Failure{ErrorCode::kRemoteError, reason, lost};
     halt_peer_gave_up_ = peer_gave_up;
+    halt_by_abort_ = self_aborted_.load();
     aborted_ = true;  // before the waiters wake: an operation that fails on this halt sees it in the next one too
   }
   if (!self_aborted_) report_failure(ErrorCode::kRemoteError, reason);
@@ -102,6 +103,16 @@ void CommunicatorImpl::report_failure(ErrorCode code, const std::string& reason)
 }
 
 void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& what) {
+  if (aborted_ && halt_by_abort_ && failure.code == ErrorCode::kRemoteError) {
+    // Halted by this process's abort() after a failure (torch's backend aborts so): that failure is the cause.
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (failure_told_) {
+      failure.code = failure_told_->first == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kRemoteError;
+      failure.message = what + ": the communicator is broken by an earlier error: " + failure_told_->second +
+                        " (and was aborted since)";
+      return;
+    }
+  }
   if (aborted_ && failure.code == ErrorCode::kRemoteError) {
     std::lock_guard<std::mutex> lock(halt_mutex_);
     failure.message = what + ": " + halt_->message;

@@ -255,6 +255,7 @@ class CommunicatorImpl {
   Communicator::FailureCallback on_failure_;
   std::optional<std::pair<ErrorCode, std::string>> failure_told_;
   std::atomic<bool> self_aborted_{false};
+  std::atomic<bool> halt_by_abort_{false};  // set with halt_: it came from this process's abort(), not a peer
   /// Tells on_failure_'s callback, the first time only.
   void report_failure(ErrorCode code, const std::string& reason);
   /// An operation issued after abort() or destruction: RemoteError naming the failure that broke the communicator

@@ -298,7 +298,15 @@ def test_reconfigure_contract_beside_gloo(backend, tmp_path):
     """The scenarios of PyTorch's test_c10d_fault_tolerance.py (3 ranks; configure, send/recv, shrink by the last or
     a middle rank, scale down and up, identity, late join, merge and split, after abort, reused uuid), plus a merge
     given as a set and, on hiercoll, the revoke after a timeout PyTorch tests on nccl2: each on every rank."""
-    outputs = run_ranks(3, "worker_reconfigure.py", [backend, tmp_path], timeout=300)
+    # gloo's full-mesh connect fails now and then on a 2-core machine ("Connection closed by peer" while a peer is
+    # still connecting): the reference gets a second run; hiercoll gets one.
+    for attempt in range(2 if backend == "gloo" else 1):
+        try:
+            outputs = run_ranks(3, "worker_reconfigure.py", [backend, tmp_path / str(attempt)], timeout=150)
+            break
+        except AssertionError:
+            if backend != "gloo" or attempt == 1:
+                raise
     scenarios = ["basic", "then_all_reduce", "then_send_recv", "shrink_last", "shrink_middle", "scale_down_up",
                  "single_to_all", "identity", "late_join", "merge_split", "merge_as_a_set", "after_abort",
                  "after_timeout", "rejects_reused_uuid"]

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ErrorType
 
 backend_name, store_dir = sys.argv[1], sys.argv[2]
+os.makedirs(store_dir, exist_ok=True)
 if backend_name == "hiercoll":
     import hiercoll_torch  # noqa: F401
 
