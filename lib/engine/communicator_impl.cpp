@@ -77,16 +77,18 @@ void CommunicatorImpl::on_failure(Communicator::FailureCallback callback) {
   if (on_failure_ && failure_told_) on_failure_(failure_told_->first, failure_told_->second);
 }
 
-void CommunicatorImpl::throw_stopped(const std::string& what) {
+std::optional<base::Failure> CommunicatorImpl::failure_before_abort(const std::string& what) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
-  // Aborted after a failure (as torch's backend aborts it after a timeout): the failure is what the caller must hear,
-  // as the kind it was (a timeout stays a timeout: torch's callers look for "timed out").
-  if (failure_told_) {
-    const std::string message =
-        what + ": the communicator is broken by an earlier error: " + failure_told_->second + " (and was aborted since)";
-    if (failure_told_->first == ErrorCode::kTimeout) throw TimeoutError(message);
-    throw RemoteError(message);
-  }
+  if (!failure_told_) return std::nullopt;
+  // As the kind it was: a timeout stays a timeout (torch's callers look for "timed out").
+  const ErrorCode code = failure_told_->first == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kRemoteError;
+  return base::Failure{code, what + ": the communicator is broken by an earlier error: " + failure_told_->second +
+                                 " (and was aborted since)"};
+}
+
+void CommunicatorImpl::throw_stopped(const std::string& what) {
+  // Aborted after a failure (as torch's backend aborts it after a timeout): the failure is what the caller must hear.
+  if (auto first = failure_before_abort(what)) base::throw_failure(*first);
   throw InvalidUsageError(what + ": the communicator was aborted or destroyed");
 }
 
@@ -105,11 +107,8 @@ void CommunicatorImpl::report_failure(ErrorCode code, const std::string& reason)
 void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& what) {
   if (aborted_ && halt_by_abort_ && failure.code == ErrorCode::kRemoteError) {
     // Halted by this process's abort() after a failure (torch's backend aborts so): that failure is the cause.
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (failure_told_) {
-      failure.code = failure_told_->first == ErrorCode::kTimeout ? ErrorCode::kTimeout : ErrorCode::kRemoteError;
-      failure.message = what + ": the communicator is broken by an earlier error: " + failure_told_->second +
-                        " (and was aborted since)";
+    if (auto first = failure_before_abort(what)) {
+      failure = *first;
       return;
     }
   }

@@ -258,8 +258,10 @@ class CommunicatorImpl {
   std::atomic<bool> halt_by_abort_{false};  // set with halt_: it came from this process's abort(), not a peer
   /// Tells on_failure_'s callback, the first time only.
   void report_failure(ErrorCode code, const std::string& reason);
-  /// An operation issued after abort() or destruction: RemoteError naming the failure that broke the communicator
-  /// first, if one did; else InvalidUsageError.
+  /// The failure `what` meets on a communicator this process aborted after it broke: the first failure, named, as a
+  /// timeout if it was one, else a remote error; nullopt if nothing broke it before the abort.
+  std::optional<base::Failure> failure_before_abort(const std::string& what);
+  /// An operation issued after abort() or destruction: failure_before_abort()'s error, else InvalidUsageError.
   [[noreturn]] void throw_stopped(const std::string& what);
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
