@@ -110,6 +110,11 @@ def _get_zygote(env):
     return _zygote if _zygote.usable_for(env) else None
 
 
+def _tails(out, err):
+    """A failed rank's last words: where its stdout stopped (which step or scenario) and its stderr."""
+    return f"stdout ends: {out[-600:]}\nstderr ends: {err[-3000:]}"
+
+
 def run_ranks(size, script, args=(), env=None, timeout=240, killed=()):
     """Runs `script` on `size` ranks; returns each rank's stdout. Fails naming the ranks that failed; the ranks in
     `killed` must instead end by SIGKILL (a rank that kills itself to play a lost node).
@@ -142,9 +147,9 @@ def run_ranks(size, script, args=(), env=None, timeout=240, killed=()):
             with open(err) as f:
                 error = f.read()
             if timed_out and code == -signal.SIGKILL and rank not in killed:
-                failures.append(f"rank {rank} did not finish in {timeout} s\n{error[-3000:]}")
+                failures.append(f"rank {rank} did not finish in {timeout} s\n{_tails(outputs[-1], error)}")
             elif code != (-signal.SIGKILL if rank in killed else 0):
-                failures.append(f"rank {rank} exited with {code}\n{error[-3000:]}")
+                failures.append(f"rank {rank} exited with {code}\n{_tails(outputs[-1], error)}")
     assert not failures, "\n".join(failures)
     return outputs
 
@@ -171,10 +176,10 @@ def _run_ranks_spawned(size, script, args, env, timeout, killed=()):
             for p in procs:
                 p.kill()
             out, err = proc.communicate()
-            failures.append(f"rank {rank} did not finish in {timeout} s\n{err[-3000:]}")
+            failures.append(f"rank {rank} did not finish in {timeout} s\n{_tails(out, err)}")
             continue
         outputs.append(out)
         if proc.returncode != (-signal.SIGKILL if rank in killed else 0):
-            failures.append(f"rank {rank} exited with {proc.returncode}\n{err[-3000:]}")
+            failures.append(f"rank {rank} exited with {proc.returncode}\n{_tails(out, err)}")
     assert not failures, "\n".join(failures)
     return outputs
