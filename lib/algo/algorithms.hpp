@@ -1,6 +1,6 @@
 #pragma once
 // The flat collectives, each in its own file, all written against Channel. Buffers are host memory (device
-// buffers reach them as staged host copies: engine/device_path.hpp);
+// buffers reach them as staged host copies: gpu/device_path.hpp);
 // counts are elements of `type`. Each function blocks the calling (progress) thread until done.
 #include <cstddef>
 #include <cstring>

@@ -19,8 +19,8 @@ ShardedChunks ShardedChunks::of(size_t count, int n, size_t elem, const AlgoConf
   // The first chunk's scatter and the last one's return overlap nothing, so a part cut into k chunks takes about
   // (k + 1) / k of the link time: at least kMinChunks per part, down to kFloorBytes. And at most kMaxBytes per
   // message: a server's chunk is done only when the slowest of its n-1 incoming flows has delivered it, and flows
-  // sharing a link progress unevenly over large messages: on the emulated cluster 1 MB messages were a third
-  // slower than 128 KB ones, which matched the ring (figures: `git log -S kFloorBytes`).
+  // sharing a link progress unevenly over large messages, so larger ones lost to smaller ones on the emulated
+  // cluster (`git log -S kFloorBytes` has the figures).
   constexpr size_t kMinChunks = 8, kFloorBytes = 32 << 10, kMaxBytes = 128 << 10;
   size_t largest = 0;
   for (int p = 0; p < n; ++p) largest = std::max(largest, plan.parts.count[p]);

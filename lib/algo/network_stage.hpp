@@ -12,7 +12,7 @@
 //  - DeferredStage (device memory): the issuing thread is the caller's, and queue steps only enqueue. Jobs are
 //    kept for the operation's host half, which the progress thread runs later; the queue's work tells the host a
 //    piece is ready, and waits for it to come back, through two HostFlags. So every CUDA call of an operation
-//    is made when it is issued, and the progress thread never calls CUDA (see engine/device_path.hpp).
+//    is made when it is issued, and the progress thread never calls CUDA (see gpu/device_path.hpp).
 #include <cstdint>
 #include <functional>
 #include <vector>

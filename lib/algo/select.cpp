@@ -109,8 +109,8 @@ namespace {
 
 // The sharded servers must beat the others by 10% in the model to be chosen: the alpha-beta model does not price
 // what they do differently, n-1 messages per step where the others send one, and a step that ends with the slowest
-// of n-1 flows sharing a link. On the emulated cluster they won where the model gives them 10% or more and lost
-// where it calls a tie (figures: `git log -S kShardedMargin`).
+// of n-1 flows sharing a link. On the emulated cluster they won where the model gives them a clear margin and lost
+// where it calls a tie (`git log -S kShardedMargin` has the figures).
 constexpr double kShardedMargin = 1.1;
 
 }  // namespace

@@ -1,8 +1,7 @@
 #pragma once
 // coarse_now(): the steady clock as of its last tick. Per-call bookkeeping of a small collective (its deadline,
-// the flight recorder's times) needs milliseconds, not nanoseconds, and a precise read is a vDSO call several
-// times as long as a coarse one on some VMs: two of them were a fifth of a 2-rank 8 B allreduce on one node
-// (figures: `git log -S coarse_now -- lib/base/clock.hpp`).
+// the flight recorder's times) needs milliseconds, not nanoseconds, and on some VMs a precise read is a vDSO call
+// far slower than a coarse one (`git log -S coarse_now -- lib/base/clock.hpp` has the figures).
 #include <chrono>
 #include <ctime>
 

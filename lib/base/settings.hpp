@@ -6,7 +6,7 @@
 // communicator): process_settings() reads them once per process.
 //
 // The launch environment (rank, size and rendezvous from torchrun, mpirun, Slurm: RANK, MASTER_ADDR, ...) is not a
-// setting: the bootstrap reads it (engine/bootstrap.cpp, launch/).
+// setting: lib/launch reads it (launch/environment.cpp).
 #include <cstdint>
 #include <string>
 #include <vector>

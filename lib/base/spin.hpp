@@ -8,9 +8,8 @@
 //
 // A site may let the spin stretch, up to twice its typical wait, to at most `longest`. Two ranks that wait on each
 // other in turn and both sleep stay asleep: each signal must wake its peer, which takes the kernel (on a VM's idle
-// vCPU) tens of microseconds, so every wait lasts that long and a spin shorter than that never catches one (a
-// 128 KB allreduce between 2 ranks on 2 cores ran several times slower so after start-up). A spin longer than the
-// typical wait lets the next signal find its waiter awake.
+// vCPU) a wake-up, so every wait lasts that long and a spin shorter than that never catches one. A spin longer
+// than the typical wait lets the next signal find its waiter awake.
 #include <algorithm>
 #include <chrono>
 
@@ -27,7 +26,7 @@ inline void cpu_relax() {
 }
 
 /// How long a spinning wait polls before it starts yielding the core at each poll: a peer's signal often comes
-/// within it, and noticing it between sched_yield calls costs about half a microsecond more; past it, a peer that
+/// within it, and noticing it between sched_yield calls costs a system call more; past it, a peer that
 /// shares the core (more ranks than cores, or the scheduler's doing) gets it.
 inline constexpr std::chrono::microseconds kPollOnly{4};
 

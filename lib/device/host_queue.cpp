@@ -76,8 +76,8 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
   auto reached = [&] { return flag_word(flag, 0).load(std::memory_order_acquire) >= generation; };
   if (reached()) return;
   if (!yield_at_once) {
-    // Most waits of a small operation end within a few polls: those read no clock (the two reads are a sixth of an
-    // 8 B allreduce) and count as short ones for the spin's adaptation.
+    // Most waits of a small operation end within a few polls: those read no clock (two reads show in a small
+    // allreduce's profile) and count as short ones for the spin's adaptation.
     for (unsigned i = 0; i < kPollsPerCheck; ++i) {
       base::cpu_relax();
       if (reached()) return flag_spin.record(std::chrono::nanoseconds(0));

@@ -27,8 +27,8 @@ struct WaitContext {
   const std::atomic<bool>* aborted;
   std::string what;
   /// The step of the operation `what` that waits ("intra-node broadcast"), or null. Kept apart and joined only
-  /// when a name is needed: a call that fails rarely should not build one (a string allocated per call was a
-  /// tenth of a 2-rank 8 B broadcast).
+  /// when a name is needed: a call that fails rarely should not build one (a string allocated per call showed in a
+  /// small broadcast's profile).
   const char* phase = nullptr;
   /// What an error of this wait names: `what`, then the phase.
   std::string name() const { return phase == nullptr ? what : what + " " + phase; }

@@ -2,7 +2,6 @@
 #include "engine/collective.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <functional>
 #include <optional>
 #include <string>
@@ -12,7 +11,7 @@
 #include "algo/network_stage.hpp"
 #include "base/clock.hpp"
 #include "engine/communicator_impl.hpp"
-#include "engine/device_path.hpp"
+#include "gpu/device_path.hpp"
 #include "engine/schedules.hpp"
 #include "engine/validate.hpp"
 #include "hiercoll/errors.hpp"
@@ -32,24 +31,24 @@ struct Buffers {
 // The device the buffers live on, or -1 for host memory. Mixed kinds or devices are refused.
 int device_of(const char* op, const Buffers& b) {
   // In place, one pointer query (a small share of even NCCL's whole in-place call: docs/gpu.md).
-  const Location in = b.in_bytes ? locate(b.in) : Location{};
-  const Location out = !b.out_bytes ? Location{} : (b.in_bytes && b.out == b.in) ? in : locate(b.out);
+  const gpu::Location in = b.in_bytes ? gpu::locate(b.in) : gpu::Location{};
+  const gpu::Location out = !b.out_bytes ? gpu::Location{} : (b.in_bytes && b.out == b.in) ? in : gpu::locate(b.out);
   if (b.in_bytes && b.out_bytes && (in.kind != out.kind || in.device != out.device)) {
-    auto name = [](const Location& l) {
+    auto name = [](const gpu::Location& l) {
       return l.kind == device::MemoryKind::kHost ? std::string("host memory")
                                                  : "memory of CUDA device " + std::to_string(l.device);
     };
     throw InvalidUsageError(std::string(op) + ": input is " + name(in) + " but output is " + name(out) +
                             "; pass both in one kind of memory");
   }
-  const Location& where = b.in_bytes ? in : out;
+  const gpu::Location& where = b.in_bytes ? in : out;
   return where.kind == device::MemoryKind::kDevice ? where.device : -1;
 }
 
 // Device buffers through pinned host memory: the device stages the input, hands it to the host half, which
 // runs the host algorithm there, and takes the result back. Every collective has this path; the allreduce,
 // reduce-scatter and allgather have faster ones (on device memory, through the node's peer memory).
-algo::NetworkStage::Job issue_staged(const algo::Issue& issue, DevicePath& path, const Buffers& b,
+algo::NetworkStage::Job issue_staged(const algo::Issue& issue, gpu::DevicePath& path, const Buffers& b,
                                      const HostBody& body) {
   device::Queue& queue = path.queue();
   void* host_in = b.in_bytes ? path.pinned(b.in_bytes, 0) : nullptr;
@@ -65,7 +64,7 @@ algo::NetworkStage::Job issue_staged(const algo::Issue& issue, DevicePath& path,
 using DeviceIssue = CommunicatorImpl::DeviceIssue;
 
 // Runs a collective: on host buffers `host_body` on the progress thread; on device buffers `device_issue`, or
-// without one `host_body` on staged copies (see device_path.hpp for what runs where).
+// without one `host_body` on staged copies (see gpu/device_path.hpp for what runs where).
 // `device` is device_of(buffers).
 Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDescriptor& descriptor,
          const Buffers& buffers, const CallOptions& options, HostBody host_body, DeviceIssue device_issue = nullptr) {
@@ -82,18 +81,17 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
   }
   if (impl.size() == 1) {
     // HIERCOLL_CALLER_THREAD=0 (otherwise collective() ran it on the caller's stream): alone, every collective is
-    // its input copied to its output, on the internal stream, not a trip through host memory (several times
-    // NCCL's cost when staged: docs/gpu.md). In place there is nothing to move; the operation
+    // its input copied to its output, on the internal stream, not a trip through host memory (docs/gpu.md). In place there is nothing to move; the operation
     // is only its end (signalled on the device after the caller's stream, so that is_completed() still means the
     // caller's earlier work is done).
-    device_issue = [buffers](const algo::Issue&, DevicePath& path) -> algo::NetworkStage::Job {
+    device_issue = [buffers](const algo::Issue&, gpu::DevicePath& path) -> algo::NetworkStage::Job {
       if (buffers.out != buffers.in) {
         path.queue().copy(buffers.out, buffers.in, std::min(buffers.in_bytes, buffers.out_bytes));
       }
       return nullptr;
     };
   } else if (!device_issue) {
-    device_issue = [buffers, host = std::move(host_body)](const algo::Issue& issue, DevicePath& path) {
+    device_issue = [buffers, host = std::move(host_body)](const algo::Issue& issue, gpu::DevicePath& path) {
       return issue_staged(issue, path, buffers, host);
     };
   }
@@ -147,64 +145,33 @@ Buffers validate(const Collective& c, int rank, int size) {
   throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(c.kind)));
 }
 
-bool has_op(algo::Kind kind) {
-  return kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce;
-}
-
 // Up to this size a collective of host buffers in node memory only may run on its caller's thread (run_here), which
-// then does not return before it ends. At 1 MB the hand-off it saves was already lost in the noise
+// then does not return before it ends. Around this size the hand-off it saves is lost in the noise
 // (docs/design.md); beyond it the caller keeps its overlap.
 constexpr size_t kCallerRunBytes = size_t{1} << 20;
 
-CollectiveName name_of(const Collective& c, algo::Algorithm algorithm, bool on_device) {
-  return CollectiveName{c.kind, c.count, c.type, c.op, c.root, algorithm, on_device};
+record::CollectiveName name_of(const Collective& c, algo::Algorithm algorithm, bool on_device) {
+  return record::CollectiveName{c.kind, c.count, c.type, c.op, c.root, algorithm, on_device};
 }
 
 std::string describe(const Collective& c, algo::Algorithm algorithm, bool on_device) {
   std::string out;
   out.reserve(64);
-  describe_into(out, name_of(c, algorithm, on_device));
+  record::describe_into(out, name_of(c, algorithm, on_device));
   return out;
 }
 
 }  // namespace
 
-void describe_into(std::string& out, const char* name, size_t count, DataType type, const ReduceOp* op, int root) {
-  char number[24];
-  auto append_number = [&](long long v) { out.append(number, std::to_chars(number, number + sizeof(number), v).ptr); };
-  out.append(name).append("(");
-  append_number(static_cast<long long>(count));
-  out.append(" x ").append(to_string(type)).append(")");
-  if (op != nullptr) out.append(" ").append(to_string(*op));
-  if (root >= 0) {
-    out.append(" root ");
-    append_number(root);
-  }
-}
-
-void describe_into(std::string& out, algo::Kind kind, size_t count, DataType type, ReduceOp op, int root) {
-  if (kind == algo::Kind::kBarrier) {
-    out.append("barrier");
-    return;
-  }
-  describe_into(out, algo::to_string(kind), count, type, has_op(kind) ? &op : nullptr, root);
-}
-
-void describe_into(std::string& out, const CollectiveName& name) {
-  describe_into(out, name.kind, name.count, name.type, name.op, name.root);
-  if (name.kind == algo::Kind::kBarrier) return;
-  out.append(" [").append(algo::to_string(name.algorithm)).append(name.on_device ? ", device]" : "]");
-}
-
 std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algorithm algorithm, const Schedule& schedule,
                                               const Call& call) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
-  // names and completion state that carry it across cost more than the allreduce itself: 4 ranks on 2 cores,
-  // 8 B (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
+  // names and completion state that carry it across can cost more than a small allreduce itself
+  // (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
   if (!settings_.caller_thread || settings_.check_collectives || !take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
-  // the collective as data and names it only if it is read. Naming every call and three precise clock reads were
-  // about a quarter of a 2-rank 8 B allreduce (figures: `git log -S coarse_now -- lib/engine/collective.cpp`).
+  // the collective as data and names it only if it is read: naming every call and precise clock reads showed in
+  // a small allreduce's profile (`git log -S coarse_now -- lib/engine/collective.cpp` has the figures).
   const auto now = base::coarse_now();
   const uint64_t seq = flight_.started_here(name_of(c, algorithm, false), now);
   ++sequence_;  // the channel numbering stays in step with ranks that run this operation on the progress thread
@@ -272,8 +239,8 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const algo::Algorithm algorithm = selector_->choose(c.kind, bytes, device >= 0);
   if (device >= 0 && size_ == 1 && settings_.caller_thread) {
     // Alone, every collective is its input copied to its output (kAvg divides by one), on the caller's stream as
-    // NCCL does it: in place nothing at all (through the internal stream and the progress thread a small
-    // allreduce cost many times NCCL's host time: docs/gpu.md).
+    // NCCL does it: in place nothing at all (the internal stream and the progress thread cost far more host time:
+    // docs/gpu.md).
     return enqueue_device_alone(name_of(c, algorithm, true), device, c.options.stream, buffers.out, buffers.in,
                                 std::min(buffers.in_bytes, buffers.out_bytes));
   }
@@ -287,7 +254,7 @@ Work CommunicatorImpl::collective(const Collective& c) {
     if (std::optional<Work> done = run_here(c, algorithm, schedule, call)) return *std::move(done);
   }
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
-                                      static_cast<uint32_t>(has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
+                                      static_cast<uint32_t>(record::has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
   DeviceIssue device_issue = device >= 0 && schedule.device ? schedule.device(*this, call, c.in, c.out) : nullptr;
   return run(*this, device, describe(c, algorithm, device >= 0), descriptor, buffers, c.options,
              schedule.host(*this, call), std::move(device_issue));

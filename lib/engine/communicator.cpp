@@ -26,7 +26,7 @@ namespace {
 
 std::string describe(const char* op, size_t count, DataType type) {
   std::string out;
-  engine::describe_into(out, op, count, type);
+  record::describe_into(out, op, count, type);
   return out;
 }
 
@@ -123,7 +123,7 @@ void Communicator::abort() { impl_->abort(); }
 void Communicator::set_timeout(std::chrono::milliseconds timeout) { impl_->set_timeout(timeout); }
 void Communicator::on_failure(FailureCallback callback) { impl_->on_failure(std::move(callback)); }
 
-bool Communicator::device_buffers_supported() { return engine::device_path_built(); }
+bool Communicator::device_buffers_supported() { return gpu::device_path_built(); }
 
 std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers) const {
   return algo::to_string(impl_->choose_allreduce(bytes, device_buffers));
@@ -133,5 +133,10 @@ const Layout& Communicator::layout() const { return impl_->layout(); }
 Tuning Communicator::tuning() const { return impl_->tuning(); }
 std::string Communicator::fabric_nic() const { return impl_->fabric_nic(); }
 std::string Communicator::flight_record() const { return impl_->flight_record(); }
+
+Communicator Communicator::from_env(CommOptions options) {
+  Rendezvous rendezvous = rendezvous_from_env(options.timeout);
+  return create(std::move(rendezvous.store), rendezvous.rank, rendezvous.size, std::move(options));
+}
 
 }  // namespace hiercoll

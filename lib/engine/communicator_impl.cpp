@@ -15,7 +15,7 @@ namespace hiercoll::engine {
 
 std::string describe_op(const algo::OpDescriptor& d) {
   std::string text;
-  describe_into(text, static_cast<algo::Kind>(d.kind), d.count, static_cast<DataType>(d.type),
+  record::describe_into(text, static_cast<algo::Kind>(d.kind), d.count, static_cast<DataType>(d.type),
                 static_cast<ReduceOp>(d.op), d.root);
   return text;
 }
@@ -180,37 +180,37 @@ namespace {
 // Work::wait() of a device collective: the caller's stream waits for the event that ends the operation's work.
 class EventOrder final : public StreamOrder {
  public:
-  EventOrder(std::shared_ptr<DevicePath> path, StreamHandle stream, EventHandle end)
+  EventOrder(std::shared_ptr<gpu::DevicePath> path, gpu::StreamHandle stream, gpu::EventHandle end)
       : path_(std::move(path)), stream_(stream), end_(end) {}
   ~EventOrder() override { path_->release(end_); }
   void order_caller_stream() override { path_->order_caller_stream(stream_, end_); }
 
  private:
-  std::shared_ptr<DevicePath> path_;
-  StreamHandle stream_;
-  EventHandle end_;
+  std::shared_ptr<gpu::DevicePath> path_;
+  gpu::StreamHandle stream_;
+  gpu::EventHandle end_;
 };
 
 // The end of a one-rank device collective: an event on the caller's stream, after its copy. Work::wait() has
 // nothing to order (the work is on the caller's stream already); whether it ended, the device says.
 class AloneEnd final : public StreamOrder, public DeviceEnd {
  public:
-  AloneEnd(std::shared_ptr<DevicePath> path, EventHandle end) : path_(std::move(path)), end_(end) {}
+  AloneEnd(std::shared_ptr<gpu::DevicePath> path, gpu::EventHandle end) : path_(std::move(path)), end_(end) {}
   ~AloneEnd() override { path_->release(end_); }
   void order_caller_stream() override {}
   bool reached() override { return path_->reached(end_); }
   void watch(std::function<void(std::optional<base::Failure>)> then) override { path_->watch(end_, std::move(then)); }
 
  private:
-  std::shared_ptr<DevicePath> path_;
-  EventHandle end_;
+  std::shared_ptr<gpu::DevicePath> path_;
+  gpu::EventHandle end_;
 };
 
 }  // namespace
 
-std::shared_ptr<DevicePath> CommunicatorImpl::device_path(int device, const char* what) {
+std::shared_ptr<gpu::DevicePath> CommunicatorImpl::device_path(int device, const char* what) {
   if (!device_) {
-    std::atomic_store(&device_, std::shared_ptr<DevicePath>(DevicePath::create(device, settings_.cuda_piece_bytes)));
+    std::atomic_store(&device_, std::shared_ptr<gpu::DevicePath>(gpu::DevicePath::create(device, settings_.cuda_piece_bytes)));
   }
   if (device_->device() != device) {
     throw InvalidUsageError(std::string(what) + ": buffers on CUDA device " + std::to_string(device) +
@@ -220,12 +220,12 @@ std::shared_ptr<DevicePath> CommunicatorImpl::device_path(int device, const char
   return device_;
 }
 
-Work CommunicatorImpl::enqueue_device_alone(const CollectiveName& name, int device, StreamHandle stream, void* out,
+Work CommunicatorImpl::enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream, void* out,
                                             const void* in, size_t bytes) {
   const char* what = algo::to_string(name.kind);
   if (aborted_) throw_stopped(what);
-  EventHandle end = nullptr;
-  std::shared_ptr<DevicePath> path;
+  gpu::EventHandle end = nullptr;
+  std::shared_ptr<gpu::DevicePath> path;
   {
     std::lock_guard<std::mutex> lock(device_mutex_);
     path = device_path(device, what);
@@ -240,16 +240,16 @@ Work CommunicatorImpl::enqueue_device_alone(const CollectiveName& name, int devi
 }
 
 Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
-                                                 StreamHandle stream, DeviceIssue issue_work) {
+                                                 gpu::StreamHandle stream, DeviceIssue issue_work) {
   // One issuer at a time: operations' device work must be enqueued in the order the progress thread runs their
   // host halves, and tickets must be published in the order they are handed out.
   std::lock_guard<std::mutex> lock(device_mutex_);
-  std::shared_ptr<DevicePath> path = device_path(device, what.c_str());
+  std::shared_ptr<gpu::DevicePath> path = device_path(device, what.c_str());
   path->follow_caller(stream, what);
   const algo::Issue issue{{algo::Clock::now() + timeout(), &aborted_, what}, size()};
   const uint64_t ticket = device_tickets_ + 1;
   algo::NetworkStage::Job host_half;
-  EventHandle end = nullptr;
+  gpu::EventHandle end = nullptr;
   try {
     host_half = issue_work(issue, *path);
     end = path->complete(ticket);
@@ -281,7 +281,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   }
 }
 
-algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue, DevicePath& path) {
+algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue, gpu::DevicePath& path) {
   auto exchange = [&](const std::vector<uint8_t>& mine) {
     // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
     const std::string prefix = "cuda-ipc/" + std::to_string(layout_.node) + "/";
@@ -375,7 +375,7 @@ void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
     // Every rank stuck in a collective times out at about the same moment and asks the others through the store
     // how far they got; a short grace, so the error is not much later than the timeout itself.
     const auto grace = std::min(std::chrono::milliseconds(2000), timeout() / 4);
-    failure.message += who_is_behind(*store_, rank_, size_, flight_.completed(), grace);
+    failure.message += record::who_is_behind(*store_, rank_, size_, flight_.completed(), grace);
   }
   if (!settings_.flight_dump.empty()) {
     std::string name = instance_;

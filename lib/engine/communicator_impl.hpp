@@ -22,8 +22,8 @@
 #include "base/settings.hpp"
 #include "device/host_queue.hpp"
 #include "engine/collective.hpp"
-#include "engine/device_path.hpp"
-#include "engine/flight_recorder.hpp"
+#include "gpu/device_path.hpp"
+#include "record/flight_recorder.hpp"
 #include "watch/peer_watch.hpp"
 #include "engine/work_state.hpp"
 #include "hiercoll/communicator.hpp"
@@ -35,11 +35,6 @@
 namespace hiercoll::engine {
 
 using watch::PeerWatch;
-
-/// The host serving the job's store as the launch environment names it (HIERCOLL_STORE=tcp://host:port, else
-/// MASTER_ADDR; engine/bootstrap.cpp), "" where it names none (a file store, a store handed in by the caller): the
-/// route there tells the data NICs from the others.
-std::string rendezvous_host_from_env();
 
 std::string describe_op(const algo::OpDescriptor& descriptor);
 
@@ -62,20 +57,20 @@ class CommunicatorImpl {
   /// and the Work it returns is finished.
   Work enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
                           std::function<void(algo::Channel&)> body);
-  /// Issues an operation's device work on the caller's thread (see device_path.hpp) and returns its host half
+  /// Issues an operation's device work on the caller's thread (see gpu/device_path.hpp) and returns its host half
   /// (run later by the progress thread on the operation's channel), or null if it has none.
-  using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::Issue&, DevicePath&)>;
+  using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::Issue&, gpu::DevicePath&)>;
   /// The same for device buffers on `device`, ordered after `stream`: `issue` runs now, on this thread; the
   /// operation completes once the device ran its work and the progress thread its host half.
   Work enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
-                                 StreamHandle stream, DeviceIssue issue);
+                                 gpu::StreamHandle stream, DeviceIssue issue);
   /// A collective of a one-rank communicator on device buffers: `bytes` of `in` copied to `out` on the caller's
   /// `stream` itself (nothing in place); its Work learns from the device when it ends (WorkState::device_end).
-  Work enqueue_device_alone(const CollectiveName& name, int device, StreamHandle stream, void* out, const void* in,
+  Work enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream, void* out, const void* in,
                             size_t bytes);
   /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); caller's thread, in
   /// a DeviceIssue.
-  algo::NodeMemory& device_node_memory(const algo::Issue& issue, DevicePath& path);
+  algo::NodeMemory& device_node_memory(const algo::Issue& issue, gpu::DevicePath& path);
   /// Posts a point-to-point request on the progress thread; the Work completes with the request.
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
@@ -171,7 +166,7 @@ class CommunicatorImpl {
   Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The device path for buffers on `device`, made at the first call; under device_mutex_. `what` names the call
   /// in the error when the communicator's device buffers live on another device.
-  std::shared_ptr<DevicePath> device_path(int device, const char* what);
+  std::shared_ptr<gpu::DevicePath> device_path(int device, const char* what);
   /// The channel of the collective about to run on the progress thread: next sequence number, deadline from now.
   algo::Channel next_channel(const std::string& what);
   /// A collective of host buffers up to 1 MB that only node memory carries (a one-node allreduce, the node
@@ -203,7 +198,7 @@ class CommunicatorImpl {
   CommOptions options_;
   const base::Settings settings_;  // every knob, read once when the communicator is made
   std::string instance_;           // "name#k": this communicator among those of its name
-  FlightRecorder flight_;
+  record::FlightRecorder flight_;
   uint16_t context_ = 0;
   uint16_t sequence_ = 0;
   algo::AlgoConfig algo_config_;
@@ -218,7 +213,7 @@ class CommunicatorImpl {
   algo::NodeMemory host_memory_;                               // shared memory through arena_, for host buffers
   std::vector<uint64_t> host_staging_[algo::kHierBufferSets];  // HIERCOLL_NET_STAGING=1
   std::mutex device_mutex_;  // one issuer of device work at a time; guards device_tickets_ and writes of device_
-  std::shared_ptr<DevicePath> device_;  // made at the first device-buffer call; abort() reads it with atomic_load
+  std::shared_ptr<gpu::DevicePath> device_;  // made at the first device-buffer call; abort() reads it with atomic_load
   uint64_t device_tickets_ = 0;
   std::vector<int> world_ranks_;
   std::shared_ptr<Store> store_;
@@ -234,7 +229,7 @@ class CommunicatorImpl {
   // Operations run one at a time, in issue order: on the progress thread, or (run_here) on the caller's thread
   // while the progress thread is idle (waiting, with nothing queued or pending) and stays so. Who may run is one
   // word, so that a caller takes and gives back its turn with one atomic instruction each instead of a lock and an
-  // unlock of mutex_ each (2 ranks, 8 B broadcast: the two pairs were a fifth of a call). kTurnBusy: the progress
+  // unlock of mutex_ each (a visible share of a small call: docs/design.md). kTurnBusy: the progress
   // thread is not idle or something is queued (set by push() and cleared by the progress thread as it goes idle,
   // both under mutex_); kTurnClosed: stopping or broken, for good; kTurnCaller: a caller runs an operation.
   static constexpr uint32_t kTurnCaller = 1, kTurnBusy = 2, kTurnClosed = 4;

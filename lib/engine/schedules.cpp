@@ -33,7 +33,7 @@ HostBody hier_host(CommunicatorImpl& impl, const Call& c, algo::InterNode inter)
 // On device buffers its intra-node phases run on the GPUs; only the network phase crosses host memory.
 DeviceIssue hier_device(CommunicatorImpl& impl, const Call& c, const void* in, void* out, algo::InterNode inter) {
   CommunicatorImpl* self = &impl;
-  return [self, c, in, out, inter](const algo::Issue& issue, DevicePath& path) {
+  return [self, c, in, out, inter](const algo::Issue& issue, gpu::DevicePath& path) {
     algo::NodeMemory& memory = self->device_node_memory(issue, path);
     algo::DeferredStage network = path.deferred_stage(issue.wait("network phase"));
     algo::allreduce_hier(issue, self->hierarchy(), memory, network, in, out, c.count, c.type, c.op, inter);
@@ -58,7 +58,7 @@ HostBody node_host(CommunicatorImpl& impl, const Call& c) {
 template <NodeOp op>
 DeviceIssue node_device(CommunicatorImpl& impl, const Call& c, const void* in, void* out) {
   CommunicatorImpl* self = &impl;
-  return [self, c, in, out](const algo::Issue& issue, DevicePath& path) -> algo::NetworkStage::Job {
+  return [self, c, in, out](const algo::Issue& issue, gpu::DevicePath& path) -> algo::NetworkStage::Job {
     op(issue, self->device_node_memory(issue, path), c, in, out);
     return nullptr;
   };

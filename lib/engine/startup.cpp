@@ -15,6 +15,7 @@
 #include "engine/communicator_impl.hpp"
 #include "engine/schedules.hpp"
 #include "hiercoll/errors.hpp"
+#include "launch/environment.hpp"
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
 #include "topo/net.hpp"
@@ -258,7 +259,7 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
   transport::FabricOptions fabric;
   fabric.provider = named_provider();
   fabric.interface = settings_.fabric_iface;
-  fabric.rendezvous_host = rendezvous_host_from_env();
+  fabric.rendezvous_host = launch::rendezvous_host_from_env();
   fabric.local_rank = layout_.local_rank;
   fabric.local_size = layout_.local_size;
   fabric.across_nodes = layout_.node_count > 1;
@@ -410,8 +411,8 @@ std::vector<Store::Bytes> CommunicatorImpl::gather_through_store(Store& store, c
 void CommunicatorImpl::fit_chunks_to_provider() {
   // Over RxM a message above the eager size waits for a handshake whose control messages share one TCP connection
   // with the bulk data flowing the other way, so a pair exchanging both ways (a 2-node ring, the rails of the
-  // hierarchical allreduce, the sharded servers) gets about half the link (figures: `git log -S
-  // fit_chunks_to_provider`). On one node no link is shared and large messages cost less CPU, so only between
+  // hierarchical allreduce, the sharded servers) gets part of the link only (`git log -S fit_chunks_to_provider`
+  // has the figures). On one node no link is shared and large messages cost less CPU, so only between
   // nodes, and never over a user's HIERCOLL_CHUNK_BYTES. The bytes in flight stay as they were.
   const size_t eager = endpoint_->eager_bytes();
   if (eager == 0 || layout_.node_count < 2 || settings_.chunk_from_env || eager >= algo_config_.chunk_bytes) return;
@@ -423,8 +424,8 @@ void CommunicatorImpl::fit_chunks_to_provider() {
 void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance) {
   host_memory_.queue = &host_queue_;
   // A rank waiting on a node flag spins before it sleeps. Where the node's ranks outnumber the cores they share, its
-  // first polls without yielding hold the core the awaited peer needs (a small allreduce several times slower
-  // than yielding from the first poll). Where each rank has a core, yields only delay noticing the flag.
+  // first polls without yielding hold the core the awaited peer needs. Where each rank has a core, yields only
+  // delay noticing the flag.
   const int cpus = topo::cpus_for_local_ranks();
   const bool yield = settings_.spin_yield == "auto" ? layout_.local_size > cpus : settings_.spin_yield == "1";
   host_queue_.set_yield(yield);
@@ -465,7 +466,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     }
     host_memory_.peers = arena_.get();
     // Not where the node's ranks outnumber its cores: there each rank's reads of every peer cost more than the
-    // staged rounds (4 ranks on 2 cores, allgather of 64 KB to 16 MB: 1.3-2x the time).
+    // staged rounds (docs/benchmarks.md).
     host_memory_.direct_bytes = layout_.local_size > cpus ? 0 : settings_.cma_bytes;
     if (settings_.net_staging && layout_.node_count > 1) {
       // The inter-node phase works on buffers of ours rather than on the caller's: on providers that register

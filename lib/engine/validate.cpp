@@ -4,7 +4,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/device_path.hpp"
+#include "gpu/device_path.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::engine {
@@ -57,7 +57,7 @@ void check_rank(const char* op, const char* what, int rank, int size) {
 }
 
 void check_host(const char* op, const void* buffer, size_t bytes) {
-  if (bytes != 0 && locate(buffer).kind != device::MemoryKind::kHost) {
+  if (bytes != 0 && gpu::locate(buffer).kind != device::MemoryKind::kHost) {
     throw InvalidUsageError(std::string(op) +
                             ": device buffers are not supported for point-to-point yet; copy to "
                             "host memory (the torch binding stages them)");

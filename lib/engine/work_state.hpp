@@ -25,7 +25,7 @@ struct StreamOrder {
 
 /// For device work that no host thread finishes (a one-rank communicator's copy on the caller's stream): the
 /// device itself says whether it got there. Never asked on a progress thread (reached() is a CUDA call; see
-/// engine/device_path.hpp for why a progress thread makes none).
+/// gpu/device_path.hpp for why a progress thread makes none).
 struct DeviceEnd {
   virtual ~DeviceEnd() = default;
   /// Did the device get past the operation's work? Does not block. Throws hiercoll::Error if the device failed.

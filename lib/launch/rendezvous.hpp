@@ -12,8 +12,8 @@
 
 namespace hiercoll::launch {
 
-/// True when PMIx support is built in. Whether this process was started by a PMIx server is the bootstrap's to
-/// tell (engine/bootstrap.cpp reads PMIX_NAMESPACE); call pmix_share_from_rank0 only then.
+/// True when PMIx support is built in. Whether this process was started by a PMIx server is environment.cpp's to
+/// tell (it reads PMIX_NAMESPACE); call pmix_share_from_rank0 only then.
 bool pmix_built();
 
 /// Every process of the job calls this; rank 0's `make_value()` is what each one returns. Only rank 0 calls

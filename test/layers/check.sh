@@ -2,17 +2,20 @@
 # The layering of lib/ is enforced by the build: each layer compiles against build/lib/layers/<folder>/, a
 # directory of links to the folders it may see (lib/CMakeLists.txt). This test shows the enforcement works: for
 # every layer and every other folder that has a header, a file including that header must compile exactly when
-# the folder is below the layer in the architecture written down here (docs/design.md), and fail ("No such
-# file") when it is above or beside it.
+# the folder is below the layer in the architecture lib/CMakeLists.txt states (its HIERCOLL_SEES_ table, which it
+# writes to build/lib/layers.txt), and fail ("No such file") when it is above or beside it.
 #   check.sh SOURCE_DIR BUILD_DIR CXX
 set -euo pipefail
 src=$1 build=$2 cxx=$3
 views=$build/lib/layers
 [ -d "$views/engine" ] || { echo "no layer views under $views"; exit 1; }
-declare -A below=(
-  [base]="" [store]="base" [topo]="base" [reduce]="base" [bucket]="base" [c_api]=""
-  [device]="base reduce" [transport]="base reduce device topo" [algo]="base reduce device transport topo"
-  [launch]="base store" [watch]="base store" [engine]="base store topo reduce device transport algo launch watch")
+table=$build/lib/layers.txt
+[ -s "$table" ] || { echo "no layer table $table"; exit 1; }
+declare -A below=()
+while IFS=: read -r layer seen; do
+  below[$layer]=$(echo $seen)
+done <"$table"
+[ "${#below[@]}" -ge 10 ] || { echo "the layer table $table lists ${#below[@]} layers"; exit 1; }
 failures=0 checks=0
 for view in "$views"/*/; do
   layer=$(basename "$view")

@@ -1,4 +1,4 @@
-#include "engine/flight_recorder.hpp"
+#include "record/flight_recorder.hpp"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include "hiercoll/store.hpp"
 
 using namespace hiercoll;
-using engine::FlightRecorder;
+using record::FlightRecorder;
 
 TEST_CASE("the flight recorder keeps the last collectives in order and counts completions", "[flight]") {
   FlightRecorder recorder(3);
@@ -48,7 +48,7 @@ TEST_CASE("a collective run by its caller is named and timed like a queued one w
   FlightRecorder recorder(4);
   const auto wall_before = std::chrono::system_clock::now();
   recorder.queued("broadcast(100 x float32) root 0 [chain]");
-  engine::CollectiveName name;
+  record::CollectiveName name;
   name.kind = algo::Kind::kAllreduce;
   name.count = 2;
   name.type = DataType::kFloat32;
@@ -61,7 +61,7 @@ TEST_CASE("a collective run by its caller is named and timed like a queued one w
   auto entries = recorder.entries();
   REQUIRE(entries.size() == 2);
   std::string expected;
-  engine::describe_into(expected, algo::Kind::kAllreduce, 2, DataType::kFloat32, ReduceOp::kMax, -1);
+  record::describe_into(expected, algo::Kind::kAllreduce, 2, DataType::kFloat32, ReduceOp::kMax, -1);
   CHECK(entries[1].what == expected + " [" + algo::to_string(algo::Algorithm::kHierarchical) + "]");
   CHECK(entries[1].state == FlightRecorder::State::kDone);
   CHECK(recorder.completed() == 2);
@@ -80,7 +80,7 @@ TEST_CASE("a collective run by its caller is named and timed like a queued one w
 // callers' without a lock): read back, they are one record in sequence.
 TEST_CASE("callers' collectives and queued ones form one record, in order, of the last ones", "[flight]") {
   FlightRecorder recorder(4);
-  engine::CollectiveName name;
+  record::CollectiveName name;
   name.kind = algo::Kind::kAllreduce;
   const auto now = FlightRecorder::Clock::now();
   std::vector<std::string> expected;  // by sequence number
@@ -95,14 +95,14 @@ TEST_CASE("callers' collectives and queued ones form one record, in order, of th
       name.count = 1;
       recorder.issued(name, now);  // a one-rank device collective
       expected.emplace_back();
-      engine::describe_into(expected.back(), name);
+      record::describe_into(expected.back(), name);
     } else {
       name.count = static_cast<size_t>(100 + i);
       const uint64_t seq = recorder.started_here(name, now);
       CHECK(seq == static_cast<uint64_t>(i));
       if (i != 8) recorder.ended_here(seq, i != 7, now);
       expected.emplace_back();
-      engine::describe_into(expected.back(), name);
+      record::describe_into(expected.back(), name);
     }
   }
   CHECK(recorder.called() == 9);
@@ -131,7 +131,7 @@ TEST_CASE("the flight record reads whole entries while a caller keeps writing th
   std::atomic<bool> stop{false};
   uint64_t written = 0;
   std::thread writer([&] {
-    engine::CollectiveName name;
+    record::CollectiveName name;
     name.kind = algo::Kind::kAllreduce;
     for (uint64_t n = 0; !stop.load(); ++n) {
       name.count = n;
@@ -160,7 +160,7 @@ TEST_CASE("the flight record reads whole entries while a caller keeps writing th
          ((running < 100 || done < 1000) && elapsed() < std::chrono::seconds(20))) {
     for (const auto& e : recorder.entries()) {
       std::string expected;
-      engine::describe_into(expected, algo::Kind::kAllreduce, e.seq, DataType::kFloat32,
+      record::describe_into(expected, algo::Kind::kAllreduce, e.seq, DataType::kFloat32,
                             e.seq % 2 ? ReduceOp::kMax : ReduceOp::kSum, static_cast<int>(e.seq % 1000));
       REQUIRE(e.what == expected + " [ring]");
       REQUIRE(e.by_caller);
@@ -197,7 +197,7 @@ TEST_CASE("after a timeout, ranks learn through the store who is behind, ahead o
     store.set("flight/3", std::string("42"));  // level
     store.set("flight/4", std::string("43"));  // ahead
     auto start = std::chrono::steady_clock::now();
-    std::string text = engine::who_is_behind(store, 0, 6, 42, std::chrono::milliseconds(200));
+    std::string text = record::who_is_behind(store, 0, 6, 42, std::chrono::milliseconds(200));
     auto took = std::chrono::steady_clock::now() - start;
     CHECK_THAT(text, Catch::Contains("behind this rank (42 collectives completed): rank 1 (41)"));
     CHECK_THAT(text, Catch::Contains("ahead of this rank (42 completed): rank 4 (43)"));
@@ -206,6 +206,6 @@ TEST_CASE("after a timeout, ranks learn through the store who is behind, ahead o
     CHECK(took < std::chrono::seconds(3));
     CHECK(store.get_string("flight/0") == "42");  // and published its own count
     // Everyone level: nothing to say.
-    CHECK(engine::who_is_behind(store, 0, 1, 42, std::chrono::milliseconds(10)).empty());
+    CHECK(record::who_is_behind(store, 0, 1, 42, std::chrono::milliseconds(10)).empty());
   }
 }

@@ -1,4 +1,4 @@
-// How a process finds its rank and rendezvous from what launched it (lib/launch, lib/engine/bootstrap.cpp).
+// How a process finds its rank and rendezvous from what launched it (lib/launch).
 #include "launch/rendezvous.hpp"
 
 #include <algorithm>

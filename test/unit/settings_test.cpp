@@ -35,7 +35,7 @@ struct ScopedEnv {
 
 TEST_CASE("docs/tuning.md documents exactly the declared knobs, with their defaults", "[settings]") {
   std::string doc = read_file(std::filesystem::path(HIERCOLL_SOURCE_DIR) / "docs" / "tuning.md");
-  doc = doc.substr(0, doc.find("Bootstrap"));     // the knobs' table; the bootstrap's variables follow it
+  doc = doc.substr(0, doc.find("\nLaunch environment ("));  // the knobs' table; the launch variables follow it
   std::map<std::string, std::string> documented;  // variable -> its row's default column
   std::regex row(R"(^\| ([^|]*) \| ([^|]*) \|)");
   std::istringstream lines(doc);
@@ -62,12 +62,12 @@ TEST_CASE("docs/tuning.md documents exactly the declared knobs, with their defau
   CHECK(declared.size() >= 20);
 }
 
-TEST_CASE("the environment is read in base/settings.cpp and engine/bootstrap.cpp only", "[settings]") {
+TEST_CASE("the environment is read in base/settings.cpp and launch/environment.cpp only", "[settings]") {
   // Any getenv or env_* call elsewhere in lib/ or bindings/ would be a second place settings come from. The
-  // bootstrap reads the launch environment (tuning.md's "Bootstrap" table: every HIERCOLL_ variable it reads is
-  // there); base/env.cpp is the helpers both use.
+  // launch layer reads the launch environment (tuning.md's "Launch environment" table: every HIERCOLL_ variable it
+  // reads is there); base/env.cpp is the helpers both use.
   std::string doc = read_file(std::filesystem::path(HIERCOLL_SOURCE_DIR) / "docs" / "tuning.md");
-  std::string bootstrap = doc.substr(doc.find("Bootstrap"));
+  std::string bootstrap = doc.substr(doc.find("\nLaunch environment ("));
   std::regex read(R"re((getenv|env_string|env_int|env_int_in|env_bytes)\(\s*"?([A-Za-z0-9_]*))re");
   int files = 0, bootstrap_reads = 0;
   for (const char* top : {"lib", "bindings"}) {
@@ -78,7 +78,7 @@ TEST_CASE("the environment is read in base/settings.cpp and engine/bootstrap.cpp
       ++files;
       const std::string name = entry.path().filename(), parent = entry.path().parent_path().filename();
       if (parent == "base" && (name == "settings.cpp" || name == "env.cpp" || name == "env.hpp")) continue;
-      const bool is_bootstrap = parent == "engine" && name == "bootstrap.cpp";
+      const bool is_bootstrap = parent == "launch" && name == "environment.cpp";
       std::string text = read_file(entry.path());
       for (auto it = std::sregex_iterator(text.begin(), text.end(), read); it != std::sregex_iterator(); ++it) {
         const std::string variable = (*it)[2];
@@ -90,7 +90,7 @@ TEST_CASE("the environment is read in base/settings.cpp and engine/bootstrap.cpp
     }
   }
   CHECK(files > 40);
-  CHECK(bootstrap_reads >= 1);  // the scan sees reads at all (HIERCOLL_STORE in engine/bootstrap.cpp)
+  CHECK(bootstrap_reads >= 1);  // the scan sees reads at all (HIERCOLL_STORE in launch/environment.cpp)
 }
 
 TEST_CASE("settings parse their variables, and name the variable when one is malformed", "[settings]") {

@@ -94,7 +94,7 @@ def init_process_group(backend=BACKEND_NAME, **kwargs):
     free port, HIERCOLL_SOCKET_IFNAME picks the interface; Slurm without PMIx: the first node, port MASTER_PORT or
     20000 + job id % 20000); under mpirun without PMIx on one node it is 127.0.0.1. MASTER_PORT defaults to 29500.
     """
-    # The environment is read in one place, hiercoll's bootstrap (lib/engine/bootstrap.cpp); this only sets what it
+    # The environment is read in one place, hiercoll's lib/launch/environment.cpp; this only sets what it
     # says is missing, and never overrides a variable already set.
     timeout = kwargs.get("timeout") or datetime.timedelta(minutes=10)
     os.environ.update(_C.torch_env_from_launcher(timeout))

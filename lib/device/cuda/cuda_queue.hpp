@@ -7,7 +7,7 @@
 //
 // Threads: one thread at a time enqueues (the caller's, under the communicator's device lock); host_wait() and
 // abort() touch host memory only, never the CUDA API, so the progress thread can run them while another thread
-// is inside a blocking CUDA call (see engine/device_path.hpp for why that matters).
+// is inside a blocking CUDA call (see gpu/device_path.hpp for why that matters).
 #include <cuda_runtime_api.h>
 
 #include <map>

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/device_path.hpp"
+#include "gpu/device_path.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_queue.hpp"
 #include "device/cuda/pinned_buffer.hpp"
@@ -18,7 +18,7 @@
 #include "base/log.hpp"
 #include "transport/cuda/ipc_peer_memory.hpp"
 
-namespace hiercoll::engine {
+namespace hiercoll::gpu {
 
 using device::cuda::check;
 using device::cuda::DeviceGuard;
@@ -239,8 +239,8 @@ class CudaDevicePath final : public DevicePath {
 
   void release(EventHandle end) override {
     // No CUDA call here: on the progress thread it could wait for a driver lock that a caller holds in a
-    // blocking copy which waits for an operation only the progress thread can finish. Seen on an H100 as an
-    // intermittent hang of the operation after the one whose Work was dropped.
+    // blocking copy which waits for an operation only the progress thread can finish: the operation after the one
+    // whose Work was dropped would hang now and then.
     if (end == nullptr) return;
     std::lock_guard<std::mutex> lock(released_mutex_);
     released_.push_back(static_cast<cudaEvent_t>(end));
@@ -305,4 +305,4 @@ std::unique_ptr<DevicePath> DevicePath::create(int device, size_t piece_bytes) {
   return std::make_unique<CudaDevicePath>(device, piece_bytes);
 }
 
-}  // namespace hiercoll::engine
+}  // namespace hiercoll::gpu

@@ -1,6 +1,6 @@
 #pragma once
 // DevicePath: what a communicator needs to run collectives on CUDA device buffers, behind a header without
-// CUDA types (engine/device_path_cuda.cpp implements it; builds without HIERCOLL_WITH_CUDA get
+// CUDA types (gpu/device_path_cuda.cpp implements it; builds without HIERCOLL_WITH_CUDA get
 // device_path_none.cpp, where every pointer is host memory).
 //
 // Life of a device collective, like an NCCL call: on the caller's thread, under the communicator's device lock,
@@ -12,8 +12,8 @@
 //
 // Why every CUDA call happens at issue time: a caller thread inside a blocking CUDA call (a copy to pageable
 // memory, cudaFree, cudaMalloc) may hold the driver's locks until the device gets past work the caller's stream
-// waits for. If the progress thread still had to call CUDA to let that work finish, neither could go on - seen
-// on an H100 as a hang until the wait budgets ran out. So the progress thread touches host memory only.
+// waits for. If the progress thread still had to call CUDA to let that work finish, neither could go on: a hang
+// until the wait budgets run out. So the progress thread touches host memory only.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -27,7 +27,7 @@
 #include "base/failure.hpp"
 #include "device/queue.hpp"
 
-namespace hiercoll::engine {
+namespace hiercoll::gpu {
 
 /// Where a buffer lives.
 struct Location {
@@ -97,4 +97,4 @@ class DevicePath {
   virtual void abort() = 0;
 };
 
-}  // namespace hiercoll::engine
+}  // namespace hiercoll::gpu

@@ -1,5 +1,5 @@
-// Communicator::from_env: rank, size and store from whatever launched us (hiercoll's own variables, torchrun,
-// Open MPI's mpirun or Slurm's srun, through PMIx where the launcher runs a PMIx server).
+// The launcher's environment (environment.hpp): rank, size and store from whatever launched us (hiercoll's own
+// variables, torchrun, Open MPI's mpirun or Slurm's srun, through PMIx where the launcher runs a PMIx server).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,9 +12,9 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
-#include "engine/communicator_impl.hpp"
-#include "hiercoll/communicator.hpp"
 #include "hiercoll/errors.hpp"
+#include "hiercoll/store.hpp"
+#include "launch/environment.hpp"
 #include "launch/rendezvous.hpp"
 #include "topo/net.hpp"
 
@@ -123,7 +123,7 @@ std::map<std::string, std::string> torch_env_from_launcher(std::chrono::millisec
   return out;
 }
 
-namespace engine {
+namespace launch {
 
 std::string rendezvous_host_from_env() {
   if (auto url = base::env_string("HIERCOLL_STORE")) {
@@ -138,7 +138,7 @@ std::string rendezvous_host_from_env() {
   return base::env_string("MASTER_ADDR").value_or("");
 }
 
-}  // namespace engine
+}  // namespace launch
 
 Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"},
@@ -182,11 +182,6 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   throw InvalidUsageError(
       "rendezvous_from_env: no rendezvous; set HIERCOLL_STORE=tcp://host:port (or file:///dir), or MASTER_ADDR and "
       "MASTER_PORT, or launch with mpirun / srun (PMIx)");
-}
-
-Communicator Communicator::from_env(CommOptions options) {
-  Rendezvous rendezvous = rendezvous_from_env(options.timeout);
-  return create(std::move(rendezvous.store), rendezvous.rank, rendezvous.size, std::move(options));
 }
 
 }  // namespace hiercoll

@@ -1,4 +1,4 @@
-#include "engine/flight_recorder.hpp"
+#include "record/flight_recorder.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <sstream>
 #include <thread>
 
-namespace hiercoll::engine {
+namespace hiercoll::record {
 
 const char* to_string(FlightRecorder::State state) {
   switch (state) {
@@ -305,4 +305,4 @@ std::string who_is_behind(Store& store, int rank, int size, uint64_t completed, 
   return out.str();
 }
 
-}  // namespace hiercoll::engine
+}  // namespace hiercoll::record

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/collective.hpp"
 #include "hiercoll/store.hpp"
+#include "record/describe.hpp"
 
-namespace hiercoll::engine {
+namespace hiercoll::record {
 
 class FlightRecorder {
  public:
@@ -43,9 +43,8 @@ class FlightRecorder {
   void issued(const CollectiveName& name, Clock::time_point now);
 
   /// queued() and started() at once, at `now`, for a collective its caller runs itself while it holds the caller's
-  /// turn (CommunicatorImpl::run_here); then its end. These two are most of a small collective's bookkeeping, so
-  /// they take no lock: the two mutex round trips they took before were a sixth of a 2-rank 8 B allreduce
-  /// (perf). Hence their one rule: one thread at a time calls them (the turn orders its holders), while
+  /// turn (the engine's run_here); then its end. These two are most of a small collective's bookkeeping, so
+  /// they take no lock (the mutex round trips they took before showed in a small allreduce's profile). Hence their one rule: one thread at a time calls them (the turn orders its holders), while
   /// any thread may read the record. The collective is kept as data and named only when the record is read. Coarse
   /// times (base::coarse_now: milliseconds) are enough for both ends.
   uint64_t started_here(const CollectiveName& name, Clock::time_point now);
@@ -111,4 +110,4 @@ std::string who_is_behind(Store& store, int rank, int size, uint64_t completed, 
 
 const char* to_string(FlightRecorder::State state);
 
-}  // namespace hiercoll::engine
+}  // namespace hiercoll::record

@@ -1,0 +1,188 @@
+// Which libfabric provider, and which of its NICs, a rank's endpoint opens (provider_choice.hpp).
+#include "transport/fabric/provider_choice.hpp"
+
+#include <rdma/fi_errno.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/log.hpp"
+#include "hiercoll/errors.hpp"
+#include "topo/net.hpp"
+#include "transport/fabric/nic_choice.hpp"
+
+namespace hiercoll::transport {
+namespace {
+
+// The hints every provider is asked with. mr_mode lists what hiercoll can do, not what it wants: without
+// FI_MR_LOCAL a provider that can register host memory itself does (EFA, through its own cache with a memory
+// monitor, so a freed and remapped buffer is noticed); FI_MR_LOCAL only where a provider cannot run without it.
+fi_info* hints_for(const std::string& provider, bool allow_mr_local) {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_TAGGED;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->mr_mode = FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | (allow_mr_local ? FI_MR_LOCAL : 0);
+  hints->tx_attr->msg_order = FI_ORDER_SAS;
+  hints->rx_attr->msg_order = FI_ORDER_SAS;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  return hints;
+}
+
+// hiercoll's tags use all 64 bits (algo/channel.hpp). A provider reserving some (mem_tag_format without bit 63,
+// as the net provider's 0x5555... formats) would drop or alias them: such an info is not used.
+bool carries_our_tags(const fi_info* info) {
+  const uint64_t format = info->ep_attr->mem_tag_format;
+  return format == 0 || (format >> 63) != 0;
+}
+
+// The most ranks the shm provider joins: libfabric 1.17's fi_av_insert fails for the 257th peer. Past it a one-host
+// job takes a network provider over loopback.
+constexpr int kShmMostRanks = 256;
+
+// The NIC (libfabric domain) this rank opens: nic_choice.hpp's rule over the provider's domains. Of one domain's
+// infos the IPv4 one where there is one, so that the published address names a host the others can reach.
+fi_info* choose_domain(const std::vector<fi_info*>& infos, const FabricOptions& options, std::string& why) {
+  std::vector<NicCandidate> candidates;
+  std::vector<topo::NicLocator> locators;
+  std::vector<std::string> loopbacks;
+  for (const auto& i : topo::net_interfaces()) {
+    if (i.loopback) loopbacks.push_back(i.name);
+  }
+  for (fi_info* info : infos) {
+    const std::string domain = info->domain_attr->name ? info->domain_attr->name : "";
+    bool known = false;
+    for (const auto& c : candidates) known = known || c.domain == domain;
+    if (known) continue;
+    NicCandidate candidate;
+    candidate.domain = domain;
+    candidate.loopback = std::find(loopbacks.begin(), loopbacks.end(), domain) != loopbacks.end();
+    candidates.push_back(candidate);
+    topo::NicLocator locator;
+    locator.netdev = domain;
+    if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
+      const auto& pci = info->nic->bus_attr->attr.pci;
+      char bus[32];
+      std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.%x", pci.domain_id, pci.bus_id, pci.device_id, pci.function_id);
+      locator.pci_bus_id = bus;
+    }
+    locators.push_back(locator);
+  }
+  if (candidates.size() > 1 && options.across_nodes) {
+    const auto nearness = topo::nic_nearness(locators);
+    for (size_t i = 0; i < candidates.size(); ++i) candidates[i].nearness = nearness[i];
+  }
+  NicRequest request;
+  request.spec = options.interface;
+  request.toward = options.rendezvous_host.empty() ? "" : topo::interface_toward(options.rendezvous_host);
+  request.local_rank = options.local_rank;
+  request.across_nodes = options.across_nodes;
+  const NicChoice choice = choose_nic(candidates, request);
+  why = choice.why;
+  fi_info* first = nullptr;
+  for (fi_info* info : infos) {
+    if (!info->domain_attr->name || choice.domain != info->domain_attr->name) continue;
+    if (!first) first = info;
+    if (info->addr_format == FI_SOCKADDR_IN) return info;
+  }
+  return first;
+}
+
+// An EFA device the efa provider cannot open (a container without /dev/infiniband, a libfabric built without it)
+// leaves a node on TCP at a fraction of its bandwidth: worth a warning, not only an INFO line.
+void warn_if_efa_unused() {
+  std::string devices;
+  if (DIR* dir = opendir("/sys/class/infiniband")) {
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      const std::string link = std::string("/sys/class/infiniband/") + entry->d_name + "/device/driver";
+      char target[512];
+      const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = 0;
+      const char* driver = std::strrchr(target, '/');
+      if (driver && std::strcmp(driver + 1, "efa") == 0) devices += (devices.empty() ? "" : ", ") + std::string(entry->d_name);
+    }
+    closedir(dir);
+  }
+  if (!devices.empty()) {
+    HIERCOLL_LOG(kWarn, "fabric: EFA device(s) " << devices << " present but the efa provider is not usable; running "
+                                                 "over tcp. Check that /dev/infiniband is visible and libfabric has efa "
+                                                 "(`fi_info -p efa`)");
+  }
+}
+
+}  // namespace
+
+// RxM posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers of its eager size to the shared receive context of its first
+// endpoint: by libfabric's default 4096 of 16 KB, 64 MB in every process and most of a rank's memory. What arrives
+// at one rank at once is far less (a pipeline's slots from each peer it receives from, fit_chunks_to_provider), so
+// where the job left the variable unset it gets Settings' count (figures: `git log -S size_rxm_receive_buffers`).
+// libfabric reads it once, at the process's first fi_getinfo, which is why this comes first. setenv beside threads
+// that read the environment is the risk every library that configures libfabric takes (aws-ofi-nccl's init too).
+void size_rxm_receive_buffers(size_t count) {
+  static std::once_flag once;
+  std::call_once(once, [count] { setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(count).c_str(), /*overwrite=*/0); });
+}
+
+ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_version) {
+  std::vector<std::string> providers;
+  if (!options.provider.empty()) {
+    providers.push_back(options.provider);
+  } else if (!options.across_nodes && options.local_size <= kShmMostRanks) {
+    // Every rank on one host: libfabric's shared-memory provider first. Nothing leaves the host, and it holds a
+    // fraction of RxM's buffers (docs/scaling.md, memory per rank) and passes messages faster than loopback TCP.
+    providers = {"shm", "efa", "tcp"};
+  } else {
+    providers = {"efa", "tcp"};
+  }
+  std::string tried;
+  for (const auto& name : providers) {
+    fi_info* list = nullptr;
+    int rc = -FI_ENODATA;
+    for (bool mr_local : {false, true}) {
+      fi_info* hints = hints_for(name, mr_local);
+      rc = fi_getinfo(api_version, nullptr, nullptr, 0, hints, &list);
+      fi_freeinfo(hints);
+      if (rc == 0 && list) break;
+    }
+    tried += (tried.empty() ? "" : ", ") + name + " (" + (rc ? fi_strerror(-rc) : "ok") + ")";
+    if (rc != 0 || list == nullptr) continue;
+    std::unique_ptr<fi_info, void (*)(fi_info*)> owned(list, fi_freeinfo);
+    std::vector<fi_info*> usable;
+    for (fi_info* info = list; info != nullptr; info = info->next) {
+      if (carries_our_tags(info)) usable.push_back(info);
+    }
+    if (usable.empty()) {
+      tried += " (its tag format is narrower than hiercoll's 64-bit tags)";
+      continue;
+    }
+    if (name == "shm" && options.across_nodes) {
+      throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm reaches only the ranks of one host, and this job spans "
+                              "several nodes: use a network provider (tcp, efa, ...) across nodes");
+    }
+    if (name == "shm" && options.local_size > kShmMostRanks) {
+      throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm joins at most " + std::to_string(kShmMostRanks) +
+                              " ranks (libfabric's shm address vector), and this host has " +
+                              std::to_string(options.local_size) + ": use tcp");
+    }
+    // shm has one domain and no NIC: HIERCOLL_FABRIC_IFACE, which names NICs, has nothing to choose there.
+    ProviderChoice choice;
+    fi_info* chosen = name == "shm" ? usable.front() : choose_domain(usable, options, choice.why);
+    if (name == "tcp" && options.provider.empty()) warn_if_efa_unused();
+    choice.info = fi_dupinfo(chosen);
+    return choice;
+  }
+  throw FabricError("no usable libfabric provider for FI_EP_RDM + FI_TAGGED; tried: " + tried +
+                    ". Set HIERCOLL_FABRIC_PROVIDER to one of `fi_info -l`.");
+}
+
+}  // namespace hiercoll::transport

@@ -1,0 +1,29 @@
+#pragma once
+// Which libfabric provider a rank's endpoint opens, and on which of its NICs: the provider from HIERCOLL_FABRIC_
+// PROVIDER or the job's shape (one host: shm first; otherwise efa, then tcp), infos whose tag format carries
+// hiercoll's 64-bit tags, and the domain by nic_choice.hpp's rule over the facts gathered here (libfabric's domains,
+// the kernel's route, hwloc's locality).
+#include <rdma/fabric.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace hiercoll::transport {
+
+struct ProviderChoice {
+  fi_info* info = nullptr;  ///< the caller's: fi_freeinfo it
+  std::string why;          ///< why this NIC (for the start-up log); "" on shm, which has none
+};
+
+/// Throws FabricError naming every provider tried when none is usable, InvalidUsageError for a provider the job's
+/// shape cannot use (shm across nodes, or for more ranks than it joins).
+ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_version);
+
+/// Sets FI_OFI_RXM_MSG_RX_SIZE to `count` where the job left it unset, once per process; it must run before the
+/// process's first fi_getinfo (libfabric reads it once).
+void size_rxm_receive_buffers(size_t count);
+
+}  // namespace hiercoll::transport
