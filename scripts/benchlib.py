@@ -185,18 +185,13 @@ def memcpy_gbps():
     return (median or report["benchmarks"])[0]["bytes_per_second"] / 1e9
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(ranks):
     """The start of a torchrun command line for `ranks` processes on this host, with its environment: the build's
-    torch binding importable, one thread per rank, every backend on loopback."""
+    torch binding importable, one thread per rank, every backend on loopback. --standalone: the rendezvous store
+    binds a port the kernel assigns (a port found free first may be taken before it is bound)."""
     env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), OMP_NUM_THREADS="1",
                HIERCOLL_FABRIC_PROVIDER="tcp", HIERCOLL_FABRIC_IFACE="lo", GLOO_SOCKET_IFNAME="lo")
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
     return cmd, env
 
 

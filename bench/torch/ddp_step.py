@@ -10,7 +10,6 @@ environment: RANK, WORLD_SIZE, MASTER_ADDR/PORT on 127.0.0.1); OMP_NUM_THREADS=1
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -19,14 +18,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAINER = os.path.join(HERE, "..", "..", "examples", "torch_ddp", "train_ddp.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_once(backend, args):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
+    # The ranks meet in a store this process serves on a port the kernel assigned as it bound it, every rank a
+    # client (TORCHELASTIC_USE_AGENT_STORE, as under torchrun): a port found free first may be taken before rank 0
+    # binds it.
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True",
+               OMP_NUM_THREADS="1",
                HIERCOLL_FABRIC_PROVIDER=os.environ.get("HIERCOLL_FABRIC_PROVIDER", "tcp"),
                HIERCOLL_FABRIC_IFACE=os.environ.get("HIERCOLL_FABRIC_IFACE", "lo"),
                GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))

@@ -3,19 +3,12 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun_command(script, *args, ranks=2):
@@ -27,12 +20,26 @@ def torchrun_command(script, *args, ranks=2):
             *map(str, args)]
 
 
+class HeldStore:
+    """The rendezvous store of one run of ranks, served by this process on a port the kernel assigned as it bound it;
+    every rank connects as a client (TORCHELASTIC_USE_AGENT_STORE), as torchrun's agent serves its workers. A port
+    found free first and bound later by rank 0 can be taken in between, by another test's listener or an outgoing
+    connection's ephemeral port."""
+
+    def __init__(self):
+        from torch.distributed import TCPStore
+
+        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+    def env(self):
+        return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.store.port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+
 def base_env(extra=None):
     env = dict(os.environ)
     env.update(
         {
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
             "HIERCOLL_FABRIC_PROVIDER": "tcp",
             "HIERCOLL_FABRIC_IFACE": "lo",
             "HIERCOLL_TIMEOUT_MS": "60000",
@@ -118,8 +125,13 @@ def _tails(out, err):
 def run_ranks(size, script, args=(), env=None, timeout=240, killed=()):
     """Runs `script` on `size` ranks; returns each rank's stdout. Fails naming the ranks that failed; the ranks in
     `killed` must instead end by SIGKILL (a rank that kills itself to play a lost node).
-    Ranks are forked from the zygote (torch already imported) where the run's environment allows it."""
+    Ranks are forked from the zygote (torch already imported) where the run's environment allows it. They meet in
+    a store this process holds for the run (HeldStore), unless `env` names a MASTER_PORT."""
     env = base_env(env)
+    held = None
+    if "MASTER_PORT" not in env:
+        held = HeldStore()  # lives until every rank has ended
+        env.update(held.env())
     zygote = _get_zygote(env)
     if zygote is None:
         return _run_ranks_spawned(size, script, args, env, timeout, killed)

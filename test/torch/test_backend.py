@@ -68,8 +68,8 @@ def test_torchrun_launch():
 def test_mpirun_launch():
     mpirun = shutil.which("mpirun") or pytest.skip("mpirun not installed")
     env = base_env()
-    env.pop("MASTER_ADDR")  # hiercoll_torch.init_process_group derives it on one node
-    forwarded = [arg for key in ["PYTHONPATH", "MASTER_PORT", "HIERCOLL_FABRIC_PROVIDER", "HIERCOLL_FABRIC_IFACE",
+    env.pop("MASTER_ADDR")  # hiercoll_torch.init_process_group derives it and MASTER_PORT (PMIx, or one node)
+    forwarded = [arg for key in ["PYTHONPATH", "HIERCOLL_FABRIC_PROVIDER", "HIERCOLL_FABRIC_IFACE",
                                  "HIERCOLL_TIMEOUT_MS", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS"]
                  for arg in ("-x", key)]
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
