@@ -129,7 +129,7 @@ void BM_AllreduceChoice(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(1));
   std::vector<std::string> ids;
   for (int n = 0; n < nodes; ++n) ids.insert(ids.end(), 2, "node" + std::to_string(n));
-  const algo::AllreduceSelector selector(algo::CostModel::from(base::Settings::defaults()),
+  const algo::Selector selector(algo::CostModel::from(base::Settings::defaults()),
                                          Layout::from_node_ids(ids, 0), true);
   const auto bytes = static_cast<size_t>(state.range(0));
   for (auto _ : state) benchmark::DoNotOptimize(selector.choose(algo::Kind::kAllreduce, bytes, false));

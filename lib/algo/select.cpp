@@ -9,18 +9,54 @@
 
 namespace hiercoll::algo {
 
-const char* to_string(Algorithm algo) {
-  switch (algo) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "rd";
-    case Algorithm::kHierarchical: return "hier";
-    case Algorithm::kSharded: return "sharded";
-    case Algorithm::kNode: return "node";
-    case Algorithm::kChain: return "chain";
-    case Algorithm::kPairwise: return "pairwise";
-    case Algorithm::kDissemination: return "dissemination";
+namespace {
+
+// Every algorithm's name, and whether HIERCOLL_ALGO may force it (the allreduce algorithms; `flat`: needs no node
+// structure, and keeps the other kinds off the node algorithms when forced).
+struct AlgorithmName {
+  Algorithm algorithm;
+  const char* name;
+  bool forceable;
+  bool flat;
+};
+constexpr AlgorithmName kAlgorithmNames[] = {
+    {Algorithm::kRing, "ring", true, true},
+    {Algorithm::kRecursiveDoubling, "rd", true, true},
+    {Algorithm::kHierarchical, "hier", true, false},
+    {Algorithm::kSharded, "sharded", true, false},
+    {Algorithm::kNode, "node", false, false},
+    {Algorithm::kChain, "chain", false, true},
+    {Algorithm::kPairwise, "pairwise", false, true},
+    {Algorithm::kDissemination, "dissemination", false, true},
+};
+
+const AlgorithmName* row_of(Algorithm algorithm) {
+  for (const AlgorithmName& row : kAlgorithmNames) {
+    if (row.algorithm == algorithm) return &row;
   }
-  return "?";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* to_string(Algorithm algo) {
+  const AlgorithmName* row = row_of(algo);
+  return row ? row->name : "?";
+}
+
+std::string forceable_names() {
+  std::string names;
+  for (const AlgorithmName& row : kAlgorithmNames) {
+    if (row.forceable) names += (names.empty() ? "" : ", ") + std::string(row.name);
+  }
+  return names;
+}
+
+Algorithm forced_algorithm(const std::string& name) {
+  for (const AlgorithmName& row : kAlgorithmNames) {
+    if (row.forceable && name == row.name) return row.algorithm;
+  }
+  throw InvalidUsageError("HIERCOLL_ALGO='" + name + "' is not one of: " + forceable_names());
 }
 
 namespace {
@@ -113,105 +149,132 @@ namespace {
 // where it calls a tie (`git log -S kShardedMargin` has the figures).
 constexpr double kShardedMargin = 1.1;
 
+bool always(const Situation&) { return true; }
+// On device buffers the hierarchical schedules run their intra-node phases on the GPUs; the flat ones only on staged
+// host copies, so they are eligible there only where the layout has no node structure to use.
+bool flat_allreduce(const Situation& s) { return !s.device || !s.hierarchy_ready; }
+bool hierarchy_ready(const Situation& s) { return s.hierarchy_ready; }
+// One node with peer memory: every rank reads the others' parts directly, one copy each, no ring steps; not where
+// HIERCOLL_ALGO asks for the flat algorithms.
+bool one_node(const Situation& s) { return s.hierarchy_ready && s.layout->node_count == 1 && !s.flat_forced; }
+// The one-node broadcast copies out of the root's area of host shared memory: host buffers only.
+bool one_node_host(const Situation& s) { return one_node(s) && !s.device; }
+
+double ring_seconds(const CostModel& m, double bytes, const Situation& s) { return m.ring(bytes, *s.layout); }
+double rd_seconds(const CostModel& m, double bytes, const Situation& s) {
+  return m.recursive_doubling(bytes, *s.layout);
+}
+double hier_seconds(const CostModel& m, double bytes, const Situation& s) { return m.hierarchical(bytes, *s.layout); }
+double sharded_seconds(const CostModel& m, double bytes, const Situation& s) {
+  return m.sharded(bytes, *s.layout, s.hierarchy_ready);
+}
+
 }  // namespace
 
-AllreduceSelector::AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced)
+const std::vector<Choice>& choices() {
+  // In order of preference within a kind: on a tie, the ring and recursive doubling need no node structure, and
+  // the hierarchical allreduce only the rail rings.
+  static const std::vector<Choice> table = {
+      {Kind::kAllreduce, Algorithm::kRing, flat_allreduce, ring_seconds},
+      {Kind::kAllreduce, Algorithm::kRecursiveDoubling, flat_allreduce, rd_seconds},
+      {Kind::kAllreduce, Algorithm::kHierarchical, hierarchy_ready, hier_seconds},
+      {Kind::kAllreduce, Algorithm::kSharded, always, sharded_seconds, kShardedMargin},
+      {Kind::kReduceScatter, Algorithm::kNode, one_node},
+      {Kind::kReduceScatter, Algorithm::kRing, always},
+      {Kind::kAllgather, Algorithm::kNode, one_node},
+      {Kind::kAllgather, Algorithm::kRing, always},
+      {Kind::kBroadcast, Algorithm::kNode, one_node_host},
+      {Kind::kBroadcast, Algorithm::kChain, always},
+      {Kind::kReduce, Algorithm::kChain, always},
+      {Kind::kAlltoall, Algorithm::kPairwise, always},
+      {Kind::kBarrier, Algorithm::kNode, one_node},  // a round of the node's flags
+      {Kind::kBarrier, Algorithm::kDissemination, always},
+  };
+  return table;
+}
+
+Selector::Selector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced)
     : model_(model), layout_(std::move(layout)), hierarchy_ready_(hierarchy_ready) {
-  if (!forced.empty()) {
-    forced_ = true;
-    if (forced == "ring") forced_algo_ = Algorithm::kRing;
-    else if (forced == "rd") forced_algo_ = Algorithm::kRecursiveDoubling;
-    else if (forced == "hier") forced_algo_ = Algorithm::kHierarchical;
-    else if (forced == "sharded") forced_algo_ = Algorithm::kSharded;
-    else throw InvalidUsageError("HIERCOLL_ALGO='" + forced + "' is not one of: ring, rd, hier, sharded");
-    if (forced_algo_ == Algorithm::kHierarchical && !hierarchy_ready_) {
-      HIERCOLL_LOG(
-          kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
-      forced_algo_ = Algorithm::kRing;
-    }
+  if (forced.empty()) return;
+  forced_ = true;
+  forced_algo_ = forced_algorithm(forced);
+  if (forced_algo_ == Algorithm::kHierarchical && !hierarchy_ready_) {
+    HIERCOLL_LOG(kWarn,
+                 "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
+    forced_algo_ = Algorithm::kRing;
   }
 }
 
-Algorithm AllreduceSelector::choose_for_device(size_t bytes) const {
+bool Selector::flat_forced() const { return forced_ && row_of(forced_algo_)->flat; }
+
+Algorithm Selector::choose_for_device(size_t bytes) const {
   if (forced_) return forced_algo_;
-  if (!hierarchy_ready_) return choose(bytes);
-  const double size = static_cast<double>(bytes);
-  return model_.sharded(size, layout_, true) * kShardedMargin < model_.hierarchical(size, layout_)
-             ? Algorithm::kSharded
-             : Algorithm::kHierarchical;
+  return model_choice(bytes, true);
 }
 
-Algorithm AllreduceSelector::choose(size_t bytes) const {
+Algorithm Selector::choose(size_t bytes) const {
   if (forced_) return forced_algo_;
-  if (bytes >= (uint64_t{1} << 55)) return model_choice(bytes);  // beyond what an entry holds (no such buffer)
+  if (bytes >= (uint64_t{1} << 55)) return model_choice(bytes, false);  // beyond what an entry holds (no such buffer)
   const uint64_t key = (static_cast<uint64_t>(bytes) + 1) << 8;
   std::atomic<uint64_t>& entry = remembered_[(key * 0x9e3779b97f4a7c15ull) >> 61];  // 8 entries: the top 3 bits
   const uint64_t seen = entry.load(std::memory_order_relaxed);
   if ((seen & ~uint64_t{0xff}) == key) return static_cast<Algorithm>(seen & 0xff);
-  const Algorithm chosen = model_choice(bytes);
+  const Algorithm chosen = model_choice(bytes, false);
   entry.store(key | static_cast<uint64_t>(chosen), std::memory_order_relaxed);
   return chosen;
 }
 
-Algorithm AllreduceSelector::model_choice(size_t bytes) const {
-  double size = static_cast<double>(bytes);
-  Algorithm best = Algorithm::kRing;
-  double best_time = model_.ring(size, layout_);
-  // Candidates in order of preference on a tie: the ring and recursive doubling need no node structure, and the
-  // hierarchical one only the rail rings.
-  auto consider = [&](Algorithm algo, double seconds) {
-    if (seconds < best_time) {
-      best = algo;
+Algorithm Selector::model_choice(size_t bytes, bool device) const {
+  const Situation here = situation(device);
+  const double size = static_cast<double>(bytes);
+  const Choice* best = nullptr;
+  double best_time = 0;
+  for (const Choice& c : choices()) {
+    if (c.kind != Kind::kAllreduce || !c.eligible(here)) continue;
+    const double seconds = c.seconds(model_, size, here) * c.margin;
+    if (best == nullptr || seconds < best_time) {
+      best = &c;
       best_time = seconds;
     }
-  };
-  consider(Algorithm::kRecursiveDoubling, model_.recursive_doubling(size, layout_));
-  if (hierarchy_ready_) consider(Algorithm::kHierarchical, model_.hierarchical(size, layout_));
-  consider(Algorithm::kSharded, model_.sharded(size, layout_, hierarchy_ready_) * kShardedMargin);
-  return best;
+  }
+  if (best == nullptr) throw InternalError("no allreduce algorithm is eligible");  // sharded always is
+  return best->algorithm;
 }
 
-std::string AllreduceSelector::tuning_table() const {
+std::string Selector::tuning_table() const {
+  const Situation host = situation(false);
+  std::vector<const Choice*> rows;
+  for (const Choice& c : choices()) {
+    if (c.kind == Kind::kAllreduce) rows.push_back(&c);
+  }
   std::ostringstream out;
   out << "allreduce tuning table (" << layout_.describe() << "; network " << model_.net.latency_us << " us, "
       << model_.net.bandwidth_gbps << " GB/s): predicted us";
-  out << "\n"
-      << std::setw(10) << "bytes" << std::setw(12) << "ring" << std::setw(12) << "rd" << std::setw(12) << "hier"
-      << std::setw(12) << "sharded"
-      << "  chosen";
+  out << "\n" << std::setw(10) << "bytes";
+  for (const Choice* c : rows) out << std::setw(12) << to_string(c->algorithm);
+  out << "  chosen";
   for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 8) {
     const double size = static_cast<double>(bytes);
-    auto cell = [&](double seconds) {
-      std::ostringstream c;
-      c << std::fixed << std::setprecision(1) << seconds * 1e6;
-      return c.str();
-    };
-    out << "\n"
-        << std::setw(10) << bytes << std::setw(12) << cell(model_.ring(size, layout_)) << std::setw(12)
-        << cell(model_.recursive_doubling(size, layout_)) << std::setw(12)
-        << (hierarchy_ready_ ? cell(model_.hierarchical(size, layout_)) : std::string("-")) << std::setw(12)
-        << cell(model_.sharded(size, layout_, hierarchy_ready_)) << "  " << to_string(choose(bytes));
+    out << "\n" << std::setw(10) << bytes;
+    for (const Choice* c : rows) {
+      std::ostringstream cell;
+      if (c->eligible(host)) {
+        cell << std::fixed << std::setprecision(1) << c->seconds(model_, size, host) * 1e6;
+      } else {
+        cell << "-";
+      }
+      out << std::setw(12) << cell.str();
+    }
+    out << "  " << to_string(choose(bytes));
   }
   return out.str();
 }
 
-Algorithm AllreduceSelector::choose(Kind kind, size_t bytes, bool device) const {
-  switch (kind) {
-    case Kind::kAllreduce: return device ? choose_for_device(bytes) : choose(bytes);
-    case Kind::kReduceScatter:
-    case Kind::kAllgather:
-      // One node with peer memory: every rank reads the others' parts directly, one copy each, no ring steps.
-      // HIERCOLL_ALGO=ring|rd keeps them on the ring.
-      return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() ? Algorithm::kNode : Algorithm::kRing;
-    case Kind::kBroadcast:
-      // One node, host buffers: the others copy the root's data out of its area of peer memory.
-      return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() && !device ? Algorithm::kNode
-                                                                                       : Algorithm::kChain;
-    case Kind::kReduce: return Algorithm::kChain;
-    case Kind::kAlltoall: return Algorithm::kPairwise;
-    case Kind::kBarrier:  // one node: a round of the node's flags
-      return hierarchy_ready_ && layout_.node_count == 1 && !flat_forced() ? Algorithm::kNode
-                                                                           : Algorithm::kDissemination;
+Algorithm Selector::choose(Kind kind, size_t bytes, bool device) const {
+  if (kind == Kind::kAllreduce) return device ? choose_for_device(bytes) : choose(bytes);
+  const Situation here = situation(device);
+  for (const Choice& c : choices()) {
+    if (c.kind == kind && c.eligible(here)) return c.algorithm;
   }
   throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(kind)));
 }

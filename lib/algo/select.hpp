@@ -1,10 +1,13 @@
 #pragma once
-// Allreduce algorithm selection by an alpha-beta cost model (docs/design.md, "Choosing an algorithm"):
-// every algorithm's time is  latency x steps + bytes on the bottleneck link / its bandwidth,  and the
-// cheapest eligible one is chosen per call. HIERCOLL_ALGO forces one.
+// Algorithm selection (docs/design.md, "Choosing an algorithm"): a table of rows, each an algorithm that may run a
+// kind of collective and where. Allreduce rows are priced by an alpha-beta cost model, every algorithm's time
+//   latency x steps + bytes on the bottleneck link / its bandwidth,
+// and the cheapest eligible one is chosen per call; HIERCOLL_ALGO forces one. Other kinds take their first eligible
+// row.
 #include <cstddef>
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "algo/kind.hpp"
 #include "base/settings.hpp"
@@ -15,9 +18,16 @@ namespace hiercoll::algo {
 /// Every algorithm the selector can choose. Allreduce: ring, recursive doubling, hierarchical, sharded
 /// (SageMaker's sharded reduction servers: the hierarchical allreduce's inter-node phase where the layout allows
 /// one, else over all ranks); reduce-scatter and allgather: ring, or node (through the node's peer memory, all ranks
-/// on one node); broadcast and reduce: chain; alltoall: pairwise; barrier: dissemination.
+/// on one node); broadcast and reduce: chain; alltoall: pairwise; barrier: dissemination. Their names, and which
+/// HIERCOLL_ALGO may force, are the rows of kAlgorithmNames (select.cpp); which kinds each runs and when, the rows of
+/// kChoices; how the engine runs each (algorithm, kind), the rows of engine/schedules.cpp.
 enum class Algorithm { kRing, kRecursiveDoubling, kHierarchical, kSharded, kNode, kChain, kPairwise, kDissemination };
 const char* to_string(Algorithm algo);
+/// The algorithm HIERCOLL_ALGO names ("ring", "rd", "hier", "sharded"); throws InvalidUsageError listing those it
+/// accepts for any other name.
+Algorithm forced_algorithm(const std::string& name);
+/// The names HIERCOLL_ALGO accepts, comma-separated: "ring, rd, hier, sharded".
+std::string forceable_names();
 
 struct LinkFigures {
   double latency_us = 50;     ///< per message
@@ -57,26 +67,48 @@ LinkFigures probe_link(Channel& ch, int a, int b, size_t bytes);
 /// Smallest message for which the ring beats recursive doubling among `ranks` ranks of the fabric.
 size_t crossover_bytes(const CostModel& model, int ranks);
 
-class AllreduceSelector {
+/// What a choice depends on besides the size: the communicator's layout, whether its node structure can be used
+/// (regular, several ranks per node: the hierarchical schedules), the buffers' memory, HIERCOLL_ALGO.
+struct Situation {
+  const Layout* layout = nullptr;
+  bool hierarchy_ready = false;
+  bool device = false;       ///< CUDA device buffers
+  bool flat_forced = false;  ///< HIERCOLL_ALGO names a flat algorithm (ring or rd): the other kinds stay flat too
+};
+
+/// One row of the selector's table: `algorithm` may run collectives of `kind` where `eligible` holds. Allreduce rows
+/// carry the cost model's time: the cheapest eligible row wins, `margin` times its time (what the model does not
+/// price), the earlier row on a tie. Other kinds take their first eligible row.
+struct Choice {
+  Kind kind;
+  Algorithm algorithm;
+  bool (*eligible)(const Situation& s);
+  double (*seconds)(const CostModel& m, double bytes, const Situation& s) = nullptr;
+  double margin = 1.0;
+};
+/// The table, in order of preference within each kind (select.cpp).
+const std::vector<Choice>& choices();
+
+/// Chooses the algorithm of every collective from choices(): the one place an algorithm is decided.
+class Selector {
  public:
   /// `forced`: HIERCOLL_ALGO's value ("" lets the cost model choose).
-  AllreduceSelector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced = "");
-  /// The algorithm for an allreduce of `bytes`: forced by HIERCOLL_ALGO, else the cheapest eligible.
+  Selector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced = "");
+  /// The algorithm for an allreduce of `bytes` on host buffers: forced by HIERCOLL_ALGO, else the cheapest eligible.
   Algorithm choose(size_t bytes) const;
-  /// The same for device buffers: hierarchical whenever eligible (the intra-node phases run on the GPUs and only
-  /// 1/L of the data crosses host memory), unless HIERCOLL_ALGO forces another.
+  /// The same for device buffers, where the hierarchical schedules are the only ones eligible when the layout allows
+  /// them (their intra-node phases run on the GPUs and only 1/L of the data crosses host memory).
   Algorithm choose_for_device(size_t bytes) const;
   /// The algorithm for any collective of `bytes` (the caller's buffer size) on host or device buffers: the one
   /// place every collective's algorithm is decided.
   Algorithm choose(Kind kind, size_t bytes, bool device) const;
   bool hierarchical_eligible() const { return hierarchy_ready_; }
   /// HIERCOLL_ALGO asks for a flat algorithm (ring or rd): the other collectives keep to the flat ones too.
-  bool flat_forced() const {
-    return forced_ && (forced_algo_ == Algorithm::kRing || forced_algo_ == Algorithm::kRecursiveDoubling);
-  }
+  bool flat_forced() const;
   const CostModel& model() const { return model_; }
-  /// The cost model's predicted allreduce time (µs) per algorithm at sizes 8 B x 8^k up to 128 MB, and the choice at
-  /// each: what HIERCOLL_DEBUG=INFO prints at start-up, as NCCL prints its tuning table.
+  /// The cost model's predicted allreduce time (µs) per allreduce row at sizes 8 B x 8^k up to 128 MB ("-" where the
+  /// row is not eligible), and the choice at each: what HIERCOLL_DEBUG=INFO prints at start-up, as NCCL prints its
+  /// tuning table.
   std::string tuning_table() const;
 
  private:
@@ -85,9 +117,11 @@ class AllreduceSelector {
   bool hierarchy_ready_;
   bool forced_ = false;
   Algorithm forced_algo_ = Algorithm::kRing;
-  // The cost model's answers for recent sizes (training repeats its bucket sizes): evaluating the model costs a
-  // few tenths of a small allreduce on one node. Entry: (bytes + 1) << 8 | algorithm, 0 when empty; any thread.
-  Algorithm model_choice(size_t bytes) const;
+  Situation situation(bool device) const { return {&layout_, hierarchy_ready_, device, flat_forced()}; }
+  // The cheapest eligible allreduce row for `bytes`.
+  Algorithm model_choice(size_t bytes, bool device) const;
+  // The cost model's answers for recent sizes on host buffers (training repeats its bucket sizes): evaluating the
+  // model shows in a small allreduce's profile. Entry: (bytes + 1) << 8 | algorithm, 0 when empty; any thread.
   static constexpr size_t kRemembered = 8;  // select.cpp indexes by the top 3 bits of a hash
   mutable std::atomic<uint64_t> remembered_[kRemembered] = {};
 };

@@ -204,7 +204,7 @@ class CommunicatorImpl {
   algo::AlgoConfig algo_config_;
   algo::CostModel cost_model_;
   bool net_probed_ = false;  // measure_link() ran the probe
-  std::unique_ptr<algo::AllreduceSelector> selector_;
+  std::unique_ptr<algo::Selector> selector_;
   Layout layout_;
   std::unique_ptr<transport::NodeArena> arena_;
   std::unique_ptr<algo::BackgroundWorker> network_worker_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algo/select.hpp"
+#include "engine/schedules.hpp"
 #include "fds.hpp"
 
 using namespace hiercoll;
@@ -51,18 +52,18 @@ TEST_CASE("the cost model picks recursive doubling small, hierarchical large on 
   model.net = {30, 1.0};
   model.shm = {2, 20.0};  // shared memory much faster than the network, as on a real node
   Layout two_by_two = Layout::from_node_ids(nodes_of(2, 2), 0);
-  algo::AllreduceSelector selector(model, two_by_two, true);
+  algo::Selector selector(model, two_by_two, true);
   // Small: one network round (the rails' recursive doubling between 2 nodes) after a shared-memory reduction,
   // against flat recursive doubling's two rounds among 4 ranks.
   CHECK(model.hierarchical(1024, two_by_two) < model.recursive_doubling(1024, two_by_two));
   CHECK(selector.choose(1024) == algo::Algorithm::kHierarchical);
   CHECK(selector.choose(64 << 20) == algo::Algorithm::kHierarchical);
   // Without nodes to use, small messages take recursive doubling.
-  algo::AllreduceSelector four_nodes(model, Layout::from_node_ids(nodes_of(4, 1), 0), false);
+  algo::Selector four_nodes(model, Layout::from_node_ids(nodes_of(4, 1), 0), false);
   CHECK(four_nodes.choose(1024) == algo::Algorithm::kRecursiveDoubling);
   // Without a usable hierarchy (irregular layout), large messages take the ring: on 4 ranks the sharded servers'
   // two steps save 4 latencies of 30 µs, far less than the 10% they must win by (select.cpp).
-  algo::AllreduceSelector flat(model, two_by_two, false);
+  algo::Selector flat(model, two_by_two, false);
   CHECK(flat.choose(64 << 20) == algo::Algorithm::kRing);
   // Hierarchical moves 2(N-1)/N S through the node link, the ring 2(n-1)/n S: 1.0 vs 1.5 at 2x2.
   double ratio = model.ring(64e6, two_by_two) / model.hierarchical(64e6, two_by_two);
@@ -90,7 +91,7 @@ TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chose
     const double saving = model.hierarchical(bytes, hier) - model.sharded(bytes, hier, true);
     if (nodes == 2) CHECK(saving == Approx(-100e-6));
     if (nodes > 2) CHECK(saving == Approx(2 * (nodes - 2) * 100e-6));
-    algo::AllreduceSelector selector(model, hier, true);
+    algo::Selector selector(model, hier, true);
     // Chosen where the model gives them 10% or more (select.cpp: what the model does not price): at 64 KB, which
     // the latency dominates, from three nodes on; never at 64 MB, where the saved latencies are a fraction of a
     // per cent; on two nodes the rails' recursive doubling is as quick.
@@ -103,10 +104,10 @@ TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chose
   }
   // HIERCOLL_ALGO forces it; it is not a flat algorithm (single-node reduce-scatter keeps to shared memory).
   const Layout one_node = Layout::from_node_ids(nodes_of(1, 4), 0);
-  algo::AllreduceSelector forced(model, one_node, true, "sharded");
+  algo::Selector forced(model, one_node, true, "sharded");
   CHECK(forced.choose(8) == algo::Algorithm::kSharded);
   CHECK(forced.choose(algo::Kind::kReduceScatter, 1 << 20, false) == algo::Algorithm::kNode);
-  CHECK_THROWS_WITH(algo::AllreduceSelector(model, one_node, true, "servers"), Catch::Contains("sharded"));
+  CHECK_THROWS_WITH(algo::Selector(model, one_node, true, "servers"), Catch::Contains("sharded"));
 }
 
 TEST_CASE("the tuning table prints the model's times and the selector's choice at every size", "[select]") {
@@ -115,7 +116,7 @@ TEST_CASE("the tuning table prints the model's times and the selector's choice a
   model.shm = {2, 20.0};
   for (bool hierarchy : {true, false}) {
     Layout layout = Layout::from_node_ids(nodes_of(2, 2), 0);
-    algo::AllreduceSelector selector(model, layout, hierarchy);
+    algo::Selector selector(model, layout, hierarchy);
     std::istringstream table(selector.tuning_table());
     std::string line;
     std::getline(table, line);  // title
@@ -176,7 +177,7 @@ TEST_CASE("the selector's remembered choices are the cost model's", "[topo]") {
   model.net = {30, 1.0};
   model.shm = {2, 20.0};
   for (bool hierarchy : {false, true}) {
-    algo::AllreduceSelector selector(model, Layout::from_node_ids(nodes_of(3, 4), 5), hierarchy);
+    algo::Selector selector(model, Layout::from_node_ids(nodes_of(3, 4), 5), hierarchy);
     std::vector<size_t> sizes;
     for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes = bytes * 3 / 2 + 1) sizes.push_back(bytes);
     std::vector<algo::Algorithm> first;
@@ -188,4 +189,55 @@ TEST_CASE("the selector's remembered choices are the cost model's", "[topo]") {
       REQUIRE(selector.choose(sizes[k]) == first[k]);
     }
   }
+}
+
+// The selector's table (algo::choices) and the engine's (engine/schedules.cpp) describe the same pairs: an
+// algorithm the selector can choose for a kind has a row saying how to run it, and no schedule is left that
+// nothing chooses.
+TEST_CASE("every algorithm the selector can choose has a schedule, and every schedule is chosen somewhere",
+          "[select]") {
+  std::set<std::pair<int, int>> chosen;
+  for (const algo::Choice& c : algo::choices()) {
+    INFO(algo::to_string(c.kind) << " by " << algo::to_string(c.algorithm));
+    CHECK_NOTHROW(engine::schedule_of(c.algorithm, c.kind));
+    CHECK(chosen.insert({static_cast<int>(c.algorithm), static_cast<int>(c.kind)}).second);  // one row each
+    CHECK(std::string(algo::to_string(c.algorithm)) != "?");
+  }
+  int pairs = 0;
+  for (int a = 0; a <= static_cast<int>(algo::Algorithm::kDissemination); ++a) {
+    for (int k = static_cast<int>(algo::Kind::kAllreduce); k <= static_cast<int>(algo::Kind::kBarrier); ++k) {
+      const auto algorithm = static_cast<algo::Algorithm>(a);
+      const auto kind = static_cast<algo::Kind>(k);
+      INFO(algo::to_string(kind) << " by " << algo::to_string(algorithm));
+      if (chosen.count({a, k})) {
+        ++pairs;
+      } else {
+        CHECK_THROWS_AS(engine::schedule_of(algorithm, kind), InternalError);
+      }
+    }
+  }
+  CHECK(pairs == static_cast<int>(algo::choices().size()));
+  // Every kind can be run in every situation: its last row is always eligible.
+  const Layout layout = Layout::from_node_ids(nodes_of(2, 2), 0);
+  for (int k = static_cast<int>(algo::Kind::kAllreduce); k <= static_cast<int>(algo::Kind::kBarrier); ++k) {
+    for (bool ready : {false, true}) {
+      for (bool device : {false, true}) {
+        const algo::Situation s{&layout, ready, device, false};
+        bool any = false;
+        for (const algo::Choice& c : algo::choices()) any = any || (static_cast<int>(c.kind) == k && c.eligible(s));
+        CHECK(any);
+      }
+    }
+  }
+}
+
+TEST_CASE("HIERCOLL_ALGO's names are the table's forceable rows, each read back as itself", "[select]") {
+  const std::string names = algo::forceable_names();
+  CHECK(names == "ring, rd, hier, sharded");
+  for (algo::Algorithm a : {algo::Algorithm::kRing, algo::Algorithm::kRecursiveDoubling,
+                            algo::Algorithm::kHierarchical, algo::Algorithm::kSharded}) {
+    CHECK(algo::forced_algorithm(algo::to_string(a)) == a);
+  }
+  CHECK_THROWS_WITH(algo::forced_algorithm("node"), Catch::Contains("ring, rd, hier, sharded"));
+  CHECK_THROWS_AS(algo::forced_algorithm(""), InvalidUsageError);
 }
