@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))  # as scripts/build: the build directory
+BUILD = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))  # as scripts/dev/build: the build directory
 LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 PEERS = os.path.join(ROOT, ".peers")  # Intel MPI and MPICH from PyPI, each in its own prefix (bench-peers)
@@ -67,19 +67,19 @@ def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layo
 
 def mpi_command(which, nodes, per_node, collective="allreduce"):
     """(command prefix, environment) that starts nodes x per_node ranks of the allreduce benchmark built against
-    `which`: on this host (nodes == 1), or across the emulated cluster's namespaces (scripts/cluster, which must be
+    `which`: on this host (nodes == 1), or across the emulated cluster's namespaces (scripts/emulation/cluster, which must be
     up), each its own host name, TCP between them on their NIC, shared memory within one."""
     ranks = nodes * per_node
     oversubscribed = ranks > os.cpu_count()
     env = dict(os.environ)
     tool = perf(collective)
-    rsh = os.path.join(ROOT, "scripts", "netns-rsh")
+    rsh = os.path.join(ROOT, "scripts", "emulation", "netns-rsh")
     hosts = ",".join(f"hc{n}" for n in range(nodes))
     in_first_node = ["ip", "netns", "exec", "hc0"] if nodes > 1 else []
     if which == "open mpi":
         if nodes > 1:  # mpirun-cluster sets mpi_yield_when_idle where the nodes' ranks outnumber the cores
             env["MPIRUN_CLUSTER_BTL"] = "vader,tcp,self"
-            cmd = [os.path.join(ROOT, "scripts", "mpirun-cluster"), str(nodes), str(per_node), "--"]
+            cmd = [os.path.join(ROOT, "scripts", "emulation", "mpirun-cluster"), str(nodes), str(per_node), "--"]
         else:
             cmd = ["mpirun", "--allow-run-as-root", "-np", str(ranks)]
             cmd += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"] if oversubscribed else []

@@ -4,7 +4,7 @@
 // A 2-rank allreduce of 8 B through shared memory needs each rank to see a line the other wrote, so it takes at least
 // about two hand-overs. On a VM the figure also moves with where the host puts its vCPUs: sibling hyperthreads or
 // cores that share a cache hand a line over in 25-45 ns, cores apart 250 ns and more (both seen on this project's
-// 2-vCPU VM on one day). scripts/bench-peers prints it beside each run, so a table's small-size column can be read
+// 2-vCPU VM on one day). scripts/bench/bench-peers prints it beside each run, so a table's small-size column can be read
 // against the machine it ran on.
 //
 //   core_handover [CPU_A CPU_B]   (default: the first two CPUs this process may run on)

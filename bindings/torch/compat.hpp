@@ -12,7 +12,7 @@
 static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs torch 2.4 or newer");
 
 // The releases that added each virtual were read from the Backend.hpp of every release from 2.4 to 2.15, and
-// scripts/torch-compat-check compiles against 2.4 and the newest.
+// scripts/dev/torch-compat-check compiles against 2.4 and the newest.
 // Backend::getError, abort, shutdown, supportsCoalescing (2.7).
 #define HIERCOLL_TORCH_HAS_BACKEND_LIFECYCLE HIERCOLL_TORCH_AT_LEAST(2, 7)
 // Backend::split(store, ranks, options), which ProcessGroup::split_group and DeviceMesh call; getBackendOptions and

@@ -30,7 +30,7 @@ def init_process_group(backend, timeout_s=600):
     except ImportError:
         if backend == "hiercoll":
             raise RuntimeError("--backend hiercoll needs hiercoll_torch on PYTHONPATH (build/python after "
-                               "scripts/build, or pip install .)") from None
+                               "scripts/dev/build, or pip install .)") from None
         init = dist.init_process_group
     init(backend="gloo" if use_mpi4py else backend, timeout=datetime.timedelta(seconds=timeout_s))
     if use_mpi4py:

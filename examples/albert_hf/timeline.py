@@ -58,7 +58,7 @@ def summary(ranks, steps, backend=None):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="one JSON object per pattern (scripts/albert-study keeps "
+    parser.add_argument("--json", action="store_true", help="one JSON object per pattern (scripts/study/albert-study keeps "
                                                             "it with the run's summary)")
     parser.add_argument("--backend", help="only the steps this backend averaged (a run with --interleave)")
     parser.add_argument("patterns", nargs="+")

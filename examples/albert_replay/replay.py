@@ -1,7 +1,7 @@
 """DDP step replay: real DistributedDataParallel over the real backend, around ALBERT's exact parameter tensors, with
 the compute replaced by sleeps from a profile, optionally time-dilated.
 
-    # the seeds' regime: ALBERT-base on p4d's A100s, gradients averaged over 2 ranks (see scripts/replay-study)
+    # the seeds' regime: ALBERT-base on p4d's A100s, gradients averaged over 2 ranks (see scripts/study/replay-study)
     torchrun --nproc-per-node 2 examples/albert_replay/replay.py --config base --accelerator a100 --dilation 400
     # a profile recorded from the real CPU trainer (examples/albert_hf/train.py --profile-out)
     torchrun --nproc-per-node 2 examples/albert_replay/replay.py --profile build/cpu-profile.json --dilation 1
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--mfu", type=float, default=0.35, help="model FLOPs utilisation of the accelerator's peak")
     p.add_argument("--optimizer-ms", type=float, default=1.0, help="optimizer step on the accelerator (FLOPs profile)")
     p.add_argument("--dilation", type=float, default=1.0, help="compute times multiplied by this (links divided by "
-                                                               "it outside: scripts/cluster)")
+                                                               "it outside: scripts/emulation/cluster)")
     p.add_argument("--steps", type=int, default=6, help="steps; the first (DDP's bucket rebuild) is not timed")
     p.add_argument("--backend", choices=comm.BACKENDS, default="hiercoll")
     p.add_argument("--bucket-mb", type=float, default=25.0)

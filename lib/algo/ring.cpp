@@ -9,7 +9,7 @@
 namespace hiercoll::algo {
 
 // Each reserves its n parts first: the hierarchical allreduce cuts every piece so, and growing the vectors one
-// element at a time showed in the library's own profile of small allreduces (scripts/profile-cell).
+// element at a time showed in the library's own profile of small allreduces (scripts/bench/profile-cell).
 Segments Segments::even(size_t total, int n) { return aligned(total, n, 1); }
 
 Segments Segments::aligned(size_t total, int n, size_t multiple) {

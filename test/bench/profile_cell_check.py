@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/profile-cell accounts for a call's time: two ranks on two cores spin while they wait, so each rank's CPU
+"""scripts/bench/profile-cell accounts for a call's time: two ranks on two cores spin while they wait, so each rank's CPU
 per call, summed over every kind of sample, must come to about the call's time (neither a fraction of it nor a
 multiple: the runs' difference, the in-place half and each sample's period all enter that sum), and a one-node
 allreduce's samples must land in copying and reducing.
@@ -18,7 +18,7 @@ if not shutil.which("perf") or subprocess.run(["perf", "record", "-q", "-o", "/d
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
     print("perf cannot sample here: skipped")
     sys.exit(77)
-out = subprocess.run([sys.executable, os.path.join(source, "scripts", "profile-cell"), "allreduce", "32K",
+out = subprocess.run([sys.executable, os.path.join(source, "scripts", "bench", "profile-cell"), "allreduce", "32K",
                       "--seconds", "0.4"], env=dict(os.environ, BUILD_DIR=build), check=True,
                      stdout=subprocess.PIPE, text=True).stdout
 print(out)

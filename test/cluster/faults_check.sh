@@ -7,7 +7,7 @@
 # rank must finish right. A wrong element (the soak's exit 1) or a rank still running past the timeout fails the check.
 # FAULTS_PROVIDER picks the libfabric provider (default tcp; udp is ofi_rxd, reliable datagrams in software, the EFA
 # stand-in, whose retransmits must carry the lost packets).
-#   usage: faults_check.sh HIERCOLL_LAUNCH MP_WORKER [ITERATIONS]   (scripts/fault-soak runs it long)
+#   usage: faults_check.sh HIERCOLL_LAUNCH MP_WORKER [ITERATIONS]   (scripts/emulation/fault-soak runs it long)
 set -uo pipefail
 launch=$1 worker=$2 iterations=${3:-1500}
 log=$(mktemp)

@@ -798,7 +798,7 @@ bool names_rank(const std::string& text, int rank) {
 // Start-up's exchange through the store costs its server (one thread of one process) O(N) requests: rank 0 gathers
 // the records and every other rank reads them once. Reading every rank's key on every rank cost 2N^2 and more.
 // Label `counts`: a wait read in slices adds a request per slice, so a start-up slowed several times over (the
-// sanitizers) adds requests by the second; scripts/sanitize leaves it out.
+// sanitizers) adds requests by the second; scripts/dev/sanitize leaves it out.
 TEST_CASE("start-up costs the store's server a number of requests linear in the ranks",
           "[mp][startup][quick][counts]") {
   std::map<int, long long> served;
@@ -918,7 +918,7 @@ TEST_CASE("a rank that dies in any phase of any algorithm is named by every surv
     if (netns != nullptr) {
       options.netns_prefix = netns;
       options.tcp_store = true;
-      options.store_host = "10.77.0.1";  // scripts/cluster's first node
+      options.store_host = "10.77.0.1";  // scripts/emulation/cluster's first node
       options.env.erase("HIERCOLL_FABRIC_IFACE");  // each rank picks its node's NIC; loopback reaches no other node
     }
     auto result = launch(4, HIERCOLL_MP_WORKER, {"die-timed"}, options);
@@ -957,7 +957,7 @@ TEST_CASE("a rank that dies in any phase of any algorithm is named by every surv
 // A send to a dead peer may still be the provider's when the communicator goes: EFA cancels only posted receives and
 // completes a send (in error) after its retries, and udp's ofi_rxd keeps retransmitting. The survivor's sends of a
 // 256 MB ring allreduce are in flight when its peer is killed 20 ms in; it must notice, fail its next operation, and
-// destroy its communicator without touching memory it freed (run under AddressSanitizer by scripts/sanitize: a
+// destroy its communicator without touching memory it freed (run under AddressSanitizer by scripts/dev/sanitize: a
 // request freed while the provider still held it is a use-after-free there, and a crash here).
 TEST_CASE("a peer killed in the middle of 256 MB sends: the survivor notices and closes cleanly",
           "[mp][errors][death]") {

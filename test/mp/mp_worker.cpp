@@ -87,7 +87,7 @@ void run_allreduce(Communicator& comm, bool large) {
     }
   }
   // Tens of MB, once per type family: the pipelined ring with many chunks per segment. Under the sanitizers
-  // (scripts/sanitize) HIERCOLL_TEST_LARGE_BYTES makes it a few MB: still many chunks and pieces at the tests' chunk
+  // (scripts/dev/sanitize) HIERCOLL_TEST_LARGE_BYTES makes it a few MB: still many chunks and pieces at the tests' chunk
   // and piece sizes, and the races they look for need no more data, which is slower to check under them.
   const char* large_bytes = std::getenv("HIERCOLL_TEST_LARGE_BYTES");
   const size_t big = large_bytes ? std::strtoull(large_bytes, nullptr, 10) : size_t{24} << 20;
@@ -1115,7 +1115,7 @@ int run_stall() {
   return g_failures == 0 ? 0 : 1;
 }
 
-// Every collective at scale (scripts/scale-processes: 128 and 256 processes, 16 emulated nodes x 4), checked against
+// Every collective at scale (scripts/study/scale-processes: 128 and 256 processes, 16 emulated nodes x 4), checked against
 // the serial reference as the thread-rank test checks it (test/common/collective_checks.hpp).
 void run_scale(Communicator& comm) {
   namespace scale = hiercoll::test::scale;

@@ -18,7 +18,7 @@ echo "$torch_site" > "$venv_site/project-torch.pth"
 # build/, and `cp -r` of a tree into itself fails (or not, depending on the order readdir returns).
 mkdir "$work/src"
 tar -C "$src" --exclude='./build*' --exclude='./.venv*' --exclude=./.git --exclude=./.cache -cf - . | tar -C "$work/src" -xf -
-# Through the compiler cache scripts/build uses, where there is one: this build compiles the same sources with the same
+# Through the compiler cache scripts/dev/build uses, where there is one: this build compiles the same sources with the same
 # flags every time (its build directory, build-wheel/ in the copy, hashes as a relative path), so a rerun of an
 # unchanged tree compiles nothing, or only the torch extension's files where the project's venv (its torch headers)
 # moved. This test alone: 97 s compiling everything, 32 s from the cache; 219 s in a fresh clone's CI without it.

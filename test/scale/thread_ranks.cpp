@@ -10,7 +10,7 @@
 // Prints one line per phase with the create time and the process's resident memory per rank; exits 1 on the first
 // wrong element or missing error, naming it.
 //
-// CI runs 256 ranks (test/CMakeLists.txt); scripts/scale-threads runs 1,024 and 2,048 (docs/scaling.md).
+// CI runs 256 ranks (test/CMakeLists.txt); scripts/study/scale-threads runs 1,024 and 2,048 (docs/scaling.md).
 #include <hiercoll/communicator.hpp>
 #include <hiercoll/errors.hpp>
 #include <hiercoll/store.hpp>
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  // One line for scripts (scripts/scale-threads): the first phase's figures, the abort's, the process's peak.
+  // One line for scripts (scripts/study/scale-threads): the first phase's figures, the abort's, the process's peak.
   std::printf("RESULT ranks=%d per_node=%d create_ms=%.1f work_ms=%.1f requests_per_rank=%.1f idle_cpu=%.3f "
               "notice_median_ms=%.1f notice_last_ms=%.1f peak_rss_mb=%.1f\n",
               o.ranks, o.per_node, first.create_ms, first.work_ms, requests_per_rank, first.idle_cpu_per_s,

@@ -47,7 +47,7 @@ def test_ddp_training_matches_gloo(size, options, tmp_path):
 @pytest.mark.parametrize("size", [2, 4])
 def test_cuda_tensors_in_place(size):
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: CUDA tensors are checked by scripts/gpu-check on a GPU machine")
+        pytest.skip("no CUDA device: CUDA tensors are checked by scripts/dev/gpu-check on a GPU machine")
     outputs = run_ranks(size, "worker_cuda.py", timeout=600)
     for out in outputs:
         assert " 0 failed" in out, out
@@ -193,12 +193,12 @@ def test_one_backend_per_device(size):
 
 @pytest.fixture(scope="module")
 def emulated_cluster():
-    """2 emulated nodes (scripts/cluster: network namespaces joined by veth) for mpirun across hosts."""
+    """2 emulated nodes (scripts/emulation/cluster: network namespaces joined by veth) for mpirun across hosts."""
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("mpirun") or not shutil.which("unshare"):
         pytest.skip("emulated nodes need root, iproute2, unshare and mpirun")
-    cluster = os.path.join(HERE, "..", "..", "scripts", "cluster")
+    cluster = os.path.join(HERE, "..", "..", "scripts", "emulation", "cluster")
     subprocess.run([cluster, "up", "2"], check=True, capture_output=True)
-    yield os.path.join(HERE, "..", "..", "scripts", "mpirun-cluster")
+    yield os.path.join(HERE, "..", "..", "scripts", "emulation", "mpirun-cluster")
     subprocess.run([cluster, "down"], check=True, capture_output=True)
 
 

@@ -27,7 +27,7 @@ struct LaunchOptions {
   bool inherit_output = false;  ///< ranks write to our stdout/stderr instead of captured logs
   /// Emulated nodes on one host: rank r gets HIERCOLL_NODE_ID=node<node_of[r]> (empty: no override).
   std::vector<int> node_of;
-  /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/cluster), where each
+  /// With node_of: run rank r inside network namespace netns_prefix + node_of[r] (scripts/emulation/cluster), where each
   /// rank chooses its NIC among the node's rails as on a real cluster; rank 0 serves the TCP store at store_host.
   std::string netns_prefix;
   /// As mpirun and torchrun do: once a rank fails (a non-zero exit or a signal), the others have `end_grace` to

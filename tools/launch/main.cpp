@@ -2,7 +2,7 @@
 //   hiercoll_launch -n 4 [--ranks-per-node K] [--tcp-store] [--timeout SECONDS] [--bind-to core|none]
 //                   [-x NAME=VALUE]... -- program [args]
 // --ranks-per-node emulates nodes on one host: ranks r*K..r*K+K-1 get HIERCOLL_NODE_ID=node<r>.
-// --netns PREFIX (with --ranks-per-node) runs node k's ranks inside namespace PREFIXk (scripts/cluster).
+// --netns PREFIX (with --ranks-per-node) runs node k's ranks inside namespace PREFIXk (scripts/emulation/cluster).
 // As mpirun and torchrun, it ends the job when a rank fails: the others get 3 s to report their own errors (a dead
 // peer is noticed in well under one), then SIGTERM, then SIGKILL; it exits with the first failure's status (128 +
 // the signal for a rank a signal ended). --keep-going waits for every rank instead.
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
       ranks_per_node = std::atoi(argv[++i]);
     } else if (arg == "--netns" && i + 1 < argc) {
       options.netns_prefix = argv[++i];
-      options.store_host = "10.77.0.1";  // scripts/cluster's first node
+      options.store_host = "10.77.0.1";  // scripts/emulation/cluster's first node
     } else if (arg == "--bind-to" && i + 1 < argc) {
       const std::string how = argv[++i];
       if (how != "core" && how != "none") {

@@ -1,5 +1,5 @@
 // hiercoll_netdelay: adds a fixed one-way delay to the packets an iptables NFQUEUE rule hands it, for the emulated
-// cluster (scripts/cluster) on kernels without netem. Every packet of the queue is held for DELAY microseconds
+// cluster (scripts/emulation/cluster) on kernels without netem. Every packet of the queue is held for DELAY microseconds
 // after it was queued and then let through unchanged; the delay is constant, so packets leave in the order they
 // came and a FIFO of (packet id, due time) is the whole schedule. Only packet metadata is copied to user space.
 //
