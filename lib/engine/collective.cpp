@@ -203,35 +203,6 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   return work;
 }
 
-bool CommunicatorImpl::take_caller_turn() {
-  // Anything but an idle progress thread with nothing queued, and the communicator open: the progress thread runs
-  // the operation, after what is ahead of it, or fails it as it should.
-  if (aborted_.load(std::memory_order_relaxed)) return false;
-  uint32_t idle = 0;
-  return turn_.compare_exchange_strong(idle, kTurnCaller, std::memory_order_acquire, std::memory_order_relaxed);
-}
-
-void CommunicatorImpl::end_caller_turn() {
-  const uint32_t before = turn_.fetch_and(~kTurnCaller, std::memory_order_acq_rel);
-  if ((before & (kTurnBusy | kTurnClosed)) != 0) {
-    // Another thread enqueued (or the communicator closed) meanwhile, and the progress thread went back to sleep
-    // seeing this turn. Taking mutex_ first orders this wake-up after its check of the word, or before it.
-    { std::lock_guard<std::mutex> lock(mutex_); }
-    queue_cv_.notify_one();  // the progress thread is its only waiter
-  }
-}
-
-std::optional<Work> CommunicatorImpl::run_here(Op& op) {
-  if (!settings_.caller_thread || !take_caller_turn()) return std::nullopt;
-  op.state = std::make_shared<WorkState>();
-  Work work(op.state);
-  if (op.collective) op.flight_seq = flight_.queued(op.what);
-  // The endpoint is this thread's until the turn ends: the progress thread waits while it is taken.
-  finish_op(op, run_op(op));
-  end_caller_turn();
-  return work;
-}
-
 Work CommunicatorImpl::collective(const Collective& c) {
   const Buffers buffers = validate(c, rank_, size_);
   const int device = device_of(algo::to_string(c.kind), buffers);
