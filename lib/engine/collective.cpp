@@ -188,12 +188,9 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   Work work;  // finished: a Work without state
   if (failure) {
     const std::string what = describe(c, algorithm, false);
-    // The one-shot's wait is unnamed; the others' waits name their phase (Issue::wait).
-    const bool one_shot = c.kind == algo::Kind::kAllreduce &&
-                          algo::one_shot_allreduce(hierarchy_, host_memory_, c.count * dtype_size(c.type));
+    const char* phase = schedule.here_phase ? schedule.here_phase(*this, call) : nullptr;
     failure->message =
-        what + " (rank " + std::to_string(rank_) + ")" + (one_shot ? std::string(" ") + algo::kOneShotPhase : "") +
-        failure->message;
+        what + " (rank " + std::to_string(rank_) + ")" + (phase ? std::string(" ") + phase : "") + failure->message;
     fail(*failure, what, true);
     auto state = std::make_shared<WorkState>();
     state->finish(failure);

@@ -123,6 +123,12 @@ const Schedule kSchedules[] = {
          algo::allreduce_hier(issue, impl.hierarchy(), memory, no_network, in, out, c.count, c.type, c.op,
                               algo::InterNode::kRail);
        }
+     },
+     // The one-shot's wait is unnamed.
+     [](CommunicatorImpl& impl, const Call& c) -> const char* {
+       return algo::one_shot_allreduce(impl.hierarchy(), impl.host_memory(), c.count * dtype_size(c.type))
+                  ? algo::kOneShotPhase
+                  : nullptr;
      }},
     {Algorithm::kSharded, Kind::kAllreduce,
      [](CommunicatorImpl& impl, const Call& c) -> HostBody {

@@ -39,6 +39,9 @@ struct Schedule {
   /// Where the schedule needs node memory alone (no Channel, no network): the whole operation on the calling thread,
   /// bounded by `issue`; null: it needs the progress thread.
   void (*here)(CommunicatorImpl& impl, const algo::Issue& issue, const Call& call, const void* in, void* out);
+  /// Where `here` waits without naming its phase (a wait that builds no name costs less), the phase its errors
+  /// name; null: its waits name themselves (Issue::wait), or it has no `here`.
+  const char* (*here_phase)(CommunicatorImpl& impl, const Call& call) = nullptr;
 };
 
 /// The row for (algorithm, kind). Throws InternalError for a pair the table lacks (a selector choice without a row).
