@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include "hiercoll/errors.hpp"
+
 namespace hiercoll::record {
 
 const char* to_string(FlightRecorder::State state) {
@@ -268,14 +270,18 @@ std::string who_is_behind(Store& store, int rank, int size, uint64_t completed, 
   try {
     store.set(key(rank), std::to_string(completed));
     counts[rank] = completed;
+    // One read per rank, each held by the store until the count appears or the grace is spent (no polling); once
+    // it is spent, the rest are read as they are.
     const auto give_up = std::chrono::steady_clock::now() + grace;
-    for (;;) {
-      for (int r = 0; r < size; ++r) {
-        if (counts.count(r) || !store.check({key(r)})) continue;
-        counts[r] = std::stoull(store.get_string(key(r)));
+    for (int r = 0; r < size; ++r) {
+      if (counts.count(r)) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+      try {
+        const Store::Bytes value = store.get_within(key(r), std::max(left, std::chrono::milliseconds(0)));
+        counts[r] = std::stoull(std::string(value.begin(), value.end()));
+      } catch (const TimeoutError&) {
+        // silent: it never answered
       }
-      if (static_cast<int>(counts.size()) == size || std::chrono::steady_clock::now() >= give_up) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   } catch (const std::exception&) {
     store_lost = true;  // its server's host may be the one that went away
