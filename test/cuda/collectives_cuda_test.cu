@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_cases.hpp"
 #include "expect.hpp"
 #include "hiercoll/hiercoll.hpp"
 #include "launcher.hpp"
@@ -136,68 +137,36 @@ void run_allreduce(Rank& k) {
   }
 }
 
+// One case of the shared table (collective_cases.hpp) on device buffers: the input written behind an idle period on
+// the caller's stream, the output read back from it, every element against the serial reference.
+void run_case(Rank& k, const hiercoll::test::CollectiveCase& c, const hiercoll::test::CaseArgs& a) {
+  const size_t elem = dtype_size(a.type);
+  const hiercoll::test::Placement p = hiercoll::test::placement(c, a);
+  DeviceBuffer first(p.buffer_elems[0] * elem), second(p.buffer_elems[1] * elem);
+  uint8_t* in = first.data() + p.in_at * elem;
+  uint8_t* out = (a.in_place ? first.data() : second.data()) + p.out_at * elem;
+  const size_t in_elems = c.in_elems(a), out_elems = c.out_elems(a);
+  std::vector<uint8_t> host(in_elems * elem + 8);
+  for (size_t i = 0; i < in_elems; ++i) put(a.type, host.data(), i, c.input(a, i));
+  const std::string what = hiercoll::test::case_name(c, a);
+  if (g_verbose) std::fprintf(stderr, "case %s\n", what.c_str());
+  write_late(k, in, host, in_elems * elem);
+  c.call(k.comm, a, in, out, CallOptions{k.stream}).wait();
+  auto got = read_back(k, out, out_elems * elem);
+  for (size_t i = 0; i < out_elems; ++i) {
+    if (auto want = c.want(a, i)) expect_equal(what, a.type, a.op, got.data(), i, *want);
+  }
+}
+
+// Every collective but allreduce (run_allreduce) from the shared table, in place and not, every root.
 void run_others(Rank& k) {
-  CallOptions on{k.stream};
-  const int n = k.n, r = k.r;
   uint32_t seed = 1000;
-  for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-    const size_t elem = dtype_size(type);
-    for (size_t count : {size_t{0}, size_t{1}, size_t{4099}}) {
-      ++seed;
-      const ReduceOp op = ReduceOp::kSum;
-      {  // reduce_scatter: rank r gets elements [r*count, (r+1)*count) of the reduction
-        DeviceBuffer in(count * elem * n), out(count * elem);
-        write_late(k, in.data(), host_input(r, count * n, type, op, seed), count * elem * n);
-        k.comm.reduce_scatter(in.data(), out.data(), count, type, op, on).wait();
-        auto got = read_back(k, out.data(), count * elem);
-        for (size_t i = 0; i < count; ++i) {
-          expect_equal(name("reduce_scatter", type, op, count, false), type, op, got.data(), i,
-                       hiercoll::test::reference_value(n, static_cast<size_t>(r) * count + i, type, op, seed));
-        }
-      }
-      {  // allgather: block j comes from rank j
-        DeviceBuffer in(count * elem), out(count * elem * n);
-        write_late(k, in.data(), host_input(r, count, type, op, seed), count * elem);
-        k.comm.allgather(in.data(), out.data(), count, type, on).wait();
-        auto got = read_back(k, out.data(), count * elem * n);
-        for (int j = 0; j < n; ++j) {
-          auto want = host_input(j, count, type, op, seed);
-          for (size_t i = 0; i < count; ++i) {
-            expect_equal(name("allgather", type, op, count, false), type, op, got.data(), j * count + i,
-                         get(type, want.data(), i));
-          }
-        }
-      }
-      for (int root : {0, n - 1}) {  // broadcast (in place) and reduce
-        DeviceBuffer data(count * elem);
-        if (r == root) write_late(k, data.data(), host_input(root, count, type, op, seed), count * elem);
-        k.comm.broadcast(data.data(), data.data(), count, type, root, on).wait();
-        auto got = read_back(k, data.data(), count * elem);
-        auto want = host_input(root, count, type, op, seed);
-        for (size_t i = 0; i < count; ++i) {
-          expect_equal(name("broadcast", type, op, count, true), type, op, got.data(), i, get(type, want.data(), i));
-        }
-        DeviceBuffer in(count * elem), out(count * elem);
-        write_late(k, in.data(), host_input(r, count, type, op, seed), count * elem);
-        k.comm.reduce(in.data(), out.data(), count, type, op, root, on).wait();
-        auto reduced = read_back(k, out.data(), count * elem);
-        for (size_t i = 0; r == root && i < count; ++i) {
-          expect_equal(name("reduce", type, op, count, false), type, op, reduced.data(), i,
-                       hiercoll::test::reference_value(n, i, type, op, seed));
-        }
-      }
-      {  // alltoall: block j of rank r's input goes to rank j
-        DeviceBuffer in(count * elem * n), out(count * elem * n);
-        write_late(k, in.data(), host_input(r, count * n, type, op, seed), count * elem * n);
-        k.comm.alltoall(in.data(), out.data(), count, type, on).wait();
-        auto got = read_back(k, out.data(), count * elem * n);
-        for (int j = 0; j < n; ++j) {
-          auto want = host_input(j, count, type, op, seed, static_cast<size_t>(r) * count);
-          for (size_t i = 0; i < count; ++i) {
-            expect_equal(name("alltoall", type, op, count, false), type, op, got.data(), j * count + i,
-                         get(type, want.data(), i));
-          }
-        }
+  for (const auto& c : hiercoll::test::collective_cases()) {
+    if (std::string(c.name) == "allreduce") continue;
+    for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{4099}}) {
+        hiercoll::test::for_each_run(c, k.r, k.n, type, count, {ReduceOp::kSum}, {false, true}, ++seed,
+                                     [&](const hiercoll::test::CaseArgs& a) { run_case(k, c, a); });
       }
     }
   }

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_cases.hpp"
 #include "collective_checks.hpp"
 #include "expect.hpp"
 #include "hiercoll/hiercoll.hpp"
@@ -66,24 +67,31 @@ std::vector<size_t> sizes(bool large) {
   return list;
 }
 
+// Runs one case of the shared table (collective_cases.hpp) on host buffers: an out-of-place run's output starts
+// poisoned (NaN, or -1 in integer types), so an element the collective never wrote shows.
+void run_case(Communicator& comm, const hiercoll::test::CollectiveCase& c, const hiercoll::test::CaseArgs& a) {
+  const size_t elem = dtype_size(a.type);
+  const hiercoll::test::Placement p = hiercoll::test::placement(c, a);
+  Buffer first(p.buffer_elems[0] * elem), second(p.buffer_elems[1] * elem);
+  std::fill(second.storage.begin(), second.storage.end(), ~uint64_t{0});
+  uint8_t* in = static_cast<uint8_t*>(first.data()) + p.in_at * elem;
+  uint8_t* out = static_cast<uint8_t*>(a.in_place ? first.data() : second.data()) + p.out_at * elem;
+  for (size_t i = 0; i < c.in_elems(a); ++i) put(a.type, in, i, c.input(a, i));
+  c.call(comm, a, in, out, CallOptions{}).wait();
+  const std::string what = hiercoll::test::case_name(c, a);
+  for (size_t i = 0; i < c.out_elems(a); ++i) {
+    if (auto want = c.want(a, i)) expect_equal(what, a.type, a.op, out, i, *want);
+  }
+}
+
 void run_allreduce(Communicator& comm, bool large) {
   const int n = comm.size(), r = comm.rank();
+  const auto& allreduce = hiercoll::test::collective_case("allreduce");
   for (DataType type : hiercoll::test::all_types()) {
-    for (ReduceOp op : hiercoll::test::all_ops()) {
-      if (op == ReduceOp::kAvg && !is_floating(type)) continue;
-      for (size_t count : sizes(large)) {
-        for (bool in_place : {false, true}) {
-          uint32_t seed = static_cast<uint32_t>(count * 31 + static_cast<int>(type) * 7 + static_cast<int>(op));
-          Buffer in = make_input(r, count, type, op, seed);
-          Buffer out(count * dtype_size(type));
-          void* target = in_place ? in.data() : out.data();
-          comm.allreduce(in.data(), target, count, type, op).wait();
-          std::string what = name("allreduce", type, op, count, in_place);
-          for (size_t i = 0; i < count; ++i) {
-            expect_equal(what, type, op, target, i, hiercoll::test::reference_value(n, i, type, op, seed));
-          }
-        }
-      }
+    for (size_t count : sizes(large)) {
+      const uint32_t seed = static_cast<uint32_t>(count * 31 + static_cast<int>(type) * 7);
+      hiercoll::test::for_each_run(allreduce, r, n, type, count, hiercoll::test::all_ops(), {false, true}, seed,
+                                   [&](const hiercoll::test::CaseArgs& a) { run_case(comm, allreduce, a); });
     }
   }
   // Tens of MB, once per type family: the pipelined ring with many chunks per segment. Under the sanitizers
@@ -104,87 +112,17 @@ void run_allreduce(Communicator& comm, bool large) {
   }
 }
 
+// Every collective of the shared table, every type, sizes from empty to past the pipelines' chunks, in place and
+// not, every root.
 void run_collectives(Communicator& comm) {
   const int n = comm.size(), r = comm.rank();
-  const std::vector<size_t> counts = {0, 1, 5, 1000, 70001};
-  for (DataType type : hiercoll::test::all_types()) {
-    for (size_t count : counts) {
-      uint32_t seed = static_cast<uint32_t>(count + 17 * static_cast<int>(type));
-      size_t elem = dtype_size(type);
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-        if (op == ReduceOp::kAvg && !is_floating(type)) continue;
-        for (bool in_place : {false, true}) {
-          // reduce_scatter: rank r gets elements [r*count, (r+1)*count) of the reduction.
-          Buffer in = make_input(r, count * static_cast<size_t>(n), type, op, seed);
-          Buffer out(count * elem);
-          void* target =
-              in_place ? static_cast<uint8_t*>(in.data()) + static_cast<size_t>(r) * count * elem : out.data();
-          comm.reduce_scatter(in.data(), target, count, type, op).wait();
-          std::string what = name("reduce_scatter", type, op, count, in_place);
-          for (size_t i = 0; i < count; ++i) {
-            expect_equal(what, type, op, target, i,
-                         hiercoll::test::reference_value(n, static_cast<size_t>(r) * count + i, type, op, seed));
-          }
-        }
-        for (int root : {0, n - 1}) {
-          Buffer in = make_input(r, count, type, op, seed);
-          Buffer out(count * elem);
-          comm.reduce(in.data(), out.data(), count, type, op, root).wait();
-          if (r == root) {
-            std::string what = name("reduce", type, op, count, false) + " root " + std::to_string(root);
-            for (size_t i = 0; i < count; ++i) {
-              expect_equal(what, type, op, out.data(), i, hiercoll::test::reference_value(n, i, type, op, seed));
-            }
-          }
-        }
-      }
-      for (bool in_place : {false, true}) {
-        // allgather: block j comes from rank j.
-        Buffer out(count * elem * static_cast<size_t>(n));
-        Buffer in = make_input(r, count, type, ReduceOp::kSum, seed);
-        void* source = in.data();
-        if (in_place) {
-          source = static_cast<uint8_t*>(out.data()) + static_cast<size_t>(r) * count * elem;
-          if (count) std::memcpy(source, in.data(), count * elem);
-        }
-        comm.allgather(source, out.data(), count, type).wait();
-        std::string what = name("allgather", type, ReduceOp::kSum, count, in_place);
-        for (int j = 0; j < n; ++j) {
-          for (size_t i = 0; i < count; ++i) {
-            expect_equal(what, type, ReduceOp::kSum, out.data(), static_cast<size_t>(j) * count + i,
-                         get(type, make_input(j, 1, type, ReduceOp::kSum, seed, i).data(), 0));
-          }
-        }
-      }
-      for (bool in_place : {true, false}) {
-        for (int root = 0; root < n; ++root) {
-          // Out of place, every rank's input is another buffer than its output (the root's holds the data): a root
-          // that wrote to a peer's input, or a peer that read the root's output, shows in the peer's output.
-          Buffer data = r == root ? make_input(root, count, type, ReduceOp::kSum, seed) : Buffer(count * elem);
-          Buffer out(in_place ? 0 : count * elem);
-          void* target = in_place ? data.data() : out.data();
-          comm.broadcast(data.data(), target, count, type, root).wait();
-          Buffer want = make_input(root, count, type, ReduceOp::kSum, seed);
-          std::string what =
-              name("broadcast", type, ReduceOp::kSum, count, in_place) + " root " + std::to_string(root);
-          for (size_t i = 0; i < count; ++i)
-            expect_equal(what, type, ReduceOp::kSum, target, i, get(type, want.data(), i));
-        }
-      }
-      for (bool in_place : {false, true}) {
-        // alltoall: rank r's block j is input elements [j*count, (j+1)*count) of rank r.
-        Buffer in = make_input(r, count * static_cast<size_t>(n), type, ReduceOp::kSum, seed);
-        Buffer out(count * elem * static_cast<size_t>(n));
-        void* target = in_place ? in.data() : out.data();
-        comm.alltoall(in.data(), target, count, type).wait();
-        std::string what = name("alltoall", type, ReduceOp::kSum, count, in_place);
-        for (int j = 0; j < n; ++j) {
-          Buffer want = make_input(j, count, type, ReduceOp::kSum, seed, static_cast<size_t>(r) * count);
-          for (size_t i = 0; i < count; ++i) {
-            expect_equal(what, type, ReduceOp::kSum, target, static_cast<size_t>(j) * count + i,
-                         get(type, want.data(), i));
-          }
-        }
+  for (const auto& c : hiercoll::test::collective_cases()) {
+    for (DataType type : hiercoll::test::all_types()) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{70001}}) {
+        const uint32_t seed = static_cast<uint32_t>(count + 17 * static_cast<int>(type));
+        hiercoll::test::for_each_run(c, r, n, type, count, {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg},
+                                     {false, true}, seed,
+                                     [&](const hiercoll::test::CaseArgs& a) { run_case(comm, c, a); });
       }
     }
   }
