@@ -88,7 +88,9 @@ TEST_CASE("16-bit kernels of every instruction set agree with the scalar ones on
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
       if (!reduce::isa_supported(isa)) continue;
       for (ReduceOp op : test::all_ops()) {
-        for (size_t count : {size_t{5}, size_t{8}, size_t{16}, size_t{23}, size_t{4099}}) {
+        // Counts on both sides of the vector kernels' steps (8 and 16 elements a turn) and with scalar tails.
+        for (size_t count :
+             {size_t{5}, size_t{8}, size_t{16}, size_t{23}, size_t{32}, size_t{63}, size_t{127}, size_t{4099}}) {
           std::vector<uint16_t> a(count), b(count), want(count), got(count);
           for (size_t i = 0; i < count; ++i) {
             a[i] = static_cast<uint16_t>(bits(rng));
