@@ -195,13 +195,30 @@ const std::vector<Choice>& choices() {
 
 Selector::Selector(CostModel model, Layout layout, bool hierarchy_ready, const std::string& forced)
     : model_(model), layout_(std::move(layout)), hierarchy_ready_(hierarchy_ready) {
-  if (forced.empty()) return;
-  forced_ = true;
-  forced_algo_ = forced_algorithm(forced);
-  if (forced_algo_ == Algorithm::kHierarchical && !hierarchy_ready_) {
-    HIERCOLL_LOG(kWarn,
-                 "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
-    forced_algo_ = Algorithm::kRing;
+  if (!forced.empty()) {
+    forced_ = true;
+    forced_algo_ = forced_algorithm(forced);
+    if (forced_algo_ == Algorithm::kHierarchical && !hierarchy_ready_) {
+      HIERCOLL_LOG(kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe()
+                                                                 << ") is irregular: using ring instead");
+      forced_algo_ = Algorithm::kRing;
+    }
+  }
+  for (size_t k = static_cast<size_t>(Kind::kReduceScatter); k < kKinds; ++k) {
+    for (bool device : {false, true}) {
+      const Situation here = situation(device);
+      const Choice* first = nullptr;
+      for (const Choice& c : choices()) {
+        if (static_cast<size_t>(c.kind) == k && c.eligible(here)) {
+          first = &c;
+          break;
+        }
+      }
+      if (first == nullptr) {
+        throw InternalError(std::string("no algorithm is eligible for ") + to_string(static_cast<Kind>(k)));
+      }
+      fixed_[k][device] = first->algorithm;
+    }
   }
 }
 
@@ -272,11 +289,11 @@ std::string Selector::tuning_table() const {
 
 Algorithm Selector::choose(Kind kind, size_t bytes, bool device) const {
   if (kind == Kind::kAllreduce) return device ? choose_for_device(bytes) : choose(bytes);
-  const Situation here = situation(device);
-  for (const Choice& c : choices()) {
-    if (c.kind == kind && c.eligible(here)) return c.algorithm;
+  const size_t k = static_cast<size_t>(kind);
+  if (k <= static_cast<size_t>(Kind::kAllreduce) || k >= kKinds) {
+    throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(kind)));
   }
-  throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(kind)));
+  return fixed_[k][device];
 }
 
 }  // namespace hiercoll::algo

@@ -4,8 +4,8 @@
 //   latency x steps + bytes on the bottleneck link / its bandwidth,
 // and the cheapest eligible one is chosen per call; HIERCOLL_ALGO forces one. Other kinds take their first eligible
 // row.
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -124,6 +124,10 @@ class Selector {
   // model shows in a small allreduce's profile. Entry: (bytes + 1) << 8 | algorithm, 0 when empty; any thread.
   static constexpr size_t kRemembered = 8;  // select.cpp indexes by the top 3 bits of a hash
   mutable std::atomic<uint64_t> remembered_[kRemembered] = {};
+  // The other kinds' choices depend on nothing a call passes but where its buffers are: made once, read per call
+  // (indexed by Kind, then device buffers or not; kAllreduce's entries unused).
+  static constexpr size_t kKinds = static_cast<size_t>(Kind::kBarrier) + 1;
+  Algorithm fixed_[kKinds][2] = {};
 };
 
 }  // namespace hiercoll::algo

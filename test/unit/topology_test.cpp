@@ -231,6 +231,39 @@ TEST_CASE("every algorithm the selector can choose has a schedule, and every sch
   }
 }
 
+// The selector keeps the other kinds' choices from construction; each is the kind's first eligible row.
+TEST_CASE("every kind but allreduce takes its first eligible row, on host and device buffers", "[select]") {
+  const algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
+  for (int nodes : {1, 2}) {
+    const Layout layout = Layout::from_node_ids(nodes_of(nodes, 2), 0);
+    for (bool ready : {false, true}) {
+      for (const char* forced : {"", "ring", "sharded"}) {
+        const algo::Selector selector(model, layout, ready, forced);
+        for (int k = static_cast<int>(algo::Kind::kReduceScatter); k <= static_cast<int>(algo::Kind::kBarrier); ++k) {
+          for (bool device : {false, true}) {
+            const algo::Situation s{&layout, ready, device, selector.flat_forced()};
+            const algo::Choice* first = nullptr;
+            for (const algo::Choice& c : algo::choices()) {
+              if (first == nullptr && static_cast<int>(c.kind) == k && c.eligible(s)) first = &c;
+            }
+            INFO(nodes << " nodes, hierarchy " << ready << ", HIERCOLL_ALGO=" << forced << ", kind " << k
+                       << ", device " << device);
+            REQUIRE(first != nullptr);
+            CHECK(selector.choose(static_cast<algo::Kind>(k), 4096, device) == first->algorithm);
+          }
+        }
+      }
+    }
+  }
+  // On one node with its structure, the node algorithms; broadcast on device buffers keeps to the chain.
+  const Layout one_node = Layout::from_node_ids(nodes_of(1, 4), 0);
+  const algo::Selector selector(model, one_node, true);
+  CHECK(selector.choose(algo::Kind::kAllgather, 8, false) == algo::Algorithm::kNode);
+  CHECK(selector.choose(algo::Kind::kBroadcast, 8, false) == algo::Algorithm::kNode);
+  CHECK(selector.choose(algo::Kind::kBroadcast, 8, true) == algo::Algorithm::kChain);
+  CHECK_THROWS_AS(selector.choose(static_cast<algo::Kind>(99), 8, false), InvalidUsageError);
+}
+
 TEST_CASE("HIERCOLL_ALGO's names are the table's forceable rows, each read back as itself", "[select]") {
   const std::string names = algo::forceable_names();
   CHECK(names == "ring, rd, hier, sharded");
