@@ -19,6 +19,7 @@ struct AlgorithmName {
   bool forceable;
   bool flat;
 };
+// clang-format off
 constexpr AlgorithmName kAlgorithmNames[] = {
     {Algorithm::kRing, "ring", true, true},
     {Algorithm::kRecursiveDoubling, "rd", true, true},
@@ -29,6 +30,7 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {Algorithm::kPairwise, "pairwise", false, true},
     {Algorithm::kDissemination, "dissemination", false, true},
 };
+// clang-format on
 
 const AlgorithmName* row_of(Algorithm algorithm) {
   for (const AlgorithmName& row : kAlgorithmNames) {
@@ -199,8 +201,8 @@ Selector::Selector(CostModel model, Layout layout, bool hierarchy_ready, const s
     forced_ = true;
     forced_algo_ = forced_algorithm(forced);
     if (forced_algo_ == Algorithm::kHierarchical && !hierarchy_ready_) {
-      HIERCOLL_LOG(kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe()
-                                                                 << ") is irregular: using ring instead");
+      HIERCOLL_LOG(
+          kWarn, "HIERCOLL_ALGO=hier, but the layout (" << layout_.describe() << ") is irregular: using ring instead");
       forced_algo_ = Algorithm::kRing;
     }
   }

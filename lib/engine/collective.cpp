@@ -11,9 +11,9 @@
 #include "algo/network_stage.hpp"
 #include "base/clock.hpp"
 #include "engine/communicator_impl.hpp"
-#include "gpu/device_path.hpp"
 #include "engine/schedules.hpp"
 #include "engine/validate.hpp"
+#include "gpu/device_path.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::engine {
@@ -81,9 +81,9 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
   }
   if (impl.size() == 1) {
     // HIERCOLL_CALLER_THREAD=0 (otherwise collective() ran it on the caller's stream): alone, every collective is
-    // its input copied to its output, on the internal stream, not a trip through host memory (docs/gpu.md). In place there is nothing to move; the operation
-    // is only its end (signalled on the device after the caller's stream, so that is_completed() still means the
-    // caller's earlier work is done).
+    // its input copied to its output, on the internal stream, not a trip through host memory (docs/gpu.md). In place
+    // there is nothing to move; the operation is only its end (signalled on the device after the caller's stream, so
+    // that is_completed() still means the caller's earlier work is done).
     device_issue = [buffers](const algo::Issue&, gpu::DevicePath& path) -> algo::NetworkStage::Job {
       if (buffers.out != buffers.in) {
         path.queue().copy(buffers.out, buffers.in, std::min(buffers.in_bytes, buffers.out_bytes));
@@ -222,7 +222,8 @@ Work CommunicatorImpl::collective(const Collective& c) {
     if (std::optional<Work> done = run_here(c, algorithm, schedule, call)) return *std::move(done);
   }
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
-                                      static_cast<uint32_t>(record::has_op(c.kind) ? c.op : ReduceOp::kSum), c.root, c.count};
+                                      static_cast<uint32_t>(record::has_op(c.kind) ? c.op : ReduceOp::kSum), c.root,
+                                      c.count};
   DeviceIssue device_issue = device >= 0 && schedule.device ? schedule.device(*this, call, c.in, c.out) : nullptr;
   return run(*this, device, describe(c, algorithm, device >= 0), descriptor, buffers, c.options,
              schedule.host(*this, call), std::move(device_issue));

@@ -17,7 +17,7 @@ namespace hiercoll::engine {
 std::string describe_op(const algo::OpDescriptor& d) {
   std::string text;
   record::describe_into(text, static_cast<algo::Kind>(d.kind), d.count, static_cast<DataType>(d.type),
-                static_cast<ReduceOp>(d.op), d.root);
+                        static_cast<ReduceOp>(d.op), d.root);
   return text;
 }
 
@@ -72,7 +72,8 @@ class AloneEnd final : public StreamOrder, public DeviceEnd {
 
 std::shared_ptr<gpu::DevicePath> CommunicatorImpl::device_path(int device, const char* what) {
   if (!device_) {
-    std::atomic_store(&device_, std::shared_ptr<gpu::DevicePath>(gpu::DevicePath::create(device, settings_.cuda_piece_bytes)));
+    std::atomic_store(&device_,
+                      std::shared_ptr<gpu::DevicePath>(gpu::DevicePath::create(device, settings_.cuda_piece_bytes)));
   }
   if (device_->device() != device) {
     throw InvalidUsageError(std::string(what) + ": buffers on CUDA device " + std::to_string(device) +
@@ -82,8 +83,8 @@ std::shared_ptr<gpu::DevicePath> CommunicatorImpl::device_path(int device, const
   return device_;
 }
 
-Work CommunicatorImpl::enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream, void* out,
-                                            const void* in, size_t bytes) {
+Work CommunicatorImpl::enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream,
+                                            void* out, const void* in, size_t bytes) {
   const char* what = algo::to_string(name.kind);
   if (aborted_) throw_stopped(what);
   gpu::EventHandle end = nullptr;

@@ -22,15 +22,15 @@
 #include "base/settings.hpp"
 #include "device/host_queue.hpp"
 #include "engine/collective.hpp"
-#include "gpu/device_path.hpp"
-#include "record/flight_recorder.hpp"
-#include "watch/peer_watch.hpp"
 #include "engine/work_state.hpp"
+#include "gpu/device_path.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
+#include "record/flight_recorder.hpp"
 #include "transport/deferred_endpoint.hpp"
 #include "transport/shm/node_arena.hpp"
 #include "transport/transport.hpp"
+#include "watch/peer_watch.hpp"
 
 namespace hiercoll::engine {
 
@@ -66,8 +66,8 @@ class CommunicatorImpl {
                                  gpu::StreamHandle stream, DeviceIssue issue);
   /// A collective of a one-rank communicator on device buffers: `bytes` of `in` copied to `out` on the caller's
   /// `stream` itself (nothing in place); its Work learns from the device when it ends (WorkState::device_end).
-  Work enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream, void* out, const void* in,
-                            size_t bytes);
+  Work enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream, void* out,
+                            const void* in, size_t bytes);
   /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); caller's thread, in
   /// a DeviceIssue.
   algo::NodeMemory& device_node_memory(const algo::Issue& issue, gpu::DevicePath& path);

@@ -1,8 +1,6 @@
 // What a failure does (communicator_impl.hpp): abort and halt, the on_failure callback, the error a failed or stopped
 // operation carries (explain_halt names the first failure and the ranks behind), breaking the communicator for the
 // operations after it, and the pending point-to-point work a failure ends.
-#include "engine/communicator_impl.hpp"
-
 #include <algorithm>
 #include <string>
 
@@ -10,6 +8,7 @@
 #include "base/clock.hpp"
 #include "base/log.hpp"
 #include "engine/collective.hpp"
+#include "engine/communicator_impl.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::engine {
@@ -32,7 +31,8 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
   }
   if (!self_aborted_) report_failure(ErrorCode::kRemoteError, reason);
   halt_cv_.notify_all();
-  if (endpoint_open_.load(std::memory_order_acquire)) endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
+  if (endpoint_open_.load(std::memory_order_acquire))
+    endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   queue_cv_.notify_all();
@@ -93,8 +93,9 @@ void CommunicatorImpl::explain_halt(base::Failure& failure, const std::string& w
   std::unique_lock<std::mutex> lock(halt_mutex_);
   if (halt_cv_.wait_for(lock, PeerWatch::kReportGrace + std::chrono::milliseconds(500),
                         [&] { return halt_.has_value(); })) {
-    failure = base::Failure{ErrorCode::kRemoteError,
-                            what + ": " + halt_->message + " (the data path saw: " + failure.message + ")", halt_->lost};
+    failure =
+        base::Failure{ErrorCode::kRemoteError,
+                      what + ": " + halt_->message + " (the data path saw: " + failure.message + ")", halt_->lost};
   }
 }
 

@@ -1,8 +1,6 @@
 // The scheduler (communicator_impl.hpp): operations run one at a time in issue order, on the progress thread or,
 // while it is idle, on the caller's thread (the caller's turn); point-to-point requests complete later, polled
 // between operations.
-#include "engine/communicator_impl.hpp"
-
 #include <algorithm>
 #include <string>
 
@@ -10,6 +8,7 @@
 #include "base/clock.hpp"
 #include "base/log.hpp"
 #include "engine/collective.hpp"
+#include "engine/communicator_impl.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::engine {
@@ -75,9 +74,9 @@ std::optional<base::Failure> CommunicatorImpl::run_op(Op& op) {
     failure = base::Failure{ErrorCode::kRemoteError, {}};
     explain_halt(*failure, op.what);
   } else if (broken_) {
-    failure = base::Failure{ErrorCode::kRemoteError,
-                            op.what + ": the communicator is broken by an earlier error: " + broken_->message,
-                            broken_->lost};
+    failure =
+        base::Failure{ErrorCode::kRemoteError,
+                      op.what + ": the communicator is broken by an earlier error: " + broken_->message, broken_->lost};
   }
   if (failure && op.skipped) {
     try {

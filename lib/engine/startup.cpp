@@ -162,8 +162,8 @@ void CommunicatorImpl::measure_link() {
   if (!settings_.net_bw_from_env) cost_model_.net.bandwidth_gbps = measured.bandwidth_gbps;
   // Both were made with the configured figures before the probe could run (it needs the communicator).
   if (layout_.regular()) hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
-  selector_ = std::make_unique<algo::Selector>(cost_model_, layout_, selector_->hierarchical_eligible(),
-                                                        settings_.algo);
+  selector_ =
+      std::make_unique<algo::Selector>(cost_model_, layout_, selector_->hierarchical_eligible(), settings_.algo);
   if (rank_ == 0) {
     HIERCOLL_LOG(kInfo, "link probe, rank " << a << " -> rank " << b << ", " << bytes << " B in " << ms
                                             << " ms: latency " << measured.latency_us << " us, bandwidth "

@@ -74,8 +74,7 @@ class DevicePath {
   /// `stream` itself, as NCCL does: no internal stream, no done flag, no progress thread. Returns an event after
   /// it on that stream (for reached()/watch(); give it back with release()). Refuses a capturing stream as
   /// follow_caller() does.
-  virtual EventHandle issue_alone(StreamHandle stream, void* out, const void* in, size_t bytes,
-                                  const char* what) = 0;
+  virtual EventHandle issue_alone(StreamHandle stream, void* out, const void* in, size_t bytes, const char* what) = 0;
 
   // ---- Not a progress thread (these call CUDA) ----
   /// Did the device get past `end` (from issue_alone)? Does not block; throws CudaError if the device failed.

@@ -10,12 +10,12 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/device_path.hpp"
+#include "base/backoff.hpp"
+#include "base/log.hpp"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_queue.hpp"
 #include "device/cuda/pinned_buffer.hpp"
-#include "base/backoff.hpp"
-#include "base/log.hpp"
+#include "gpu/device_path.hpp"
 #include "transport/cuda/ipc_peer_memory.hpp"
 
 namespace hiercoll::gpu {
@@ -293,10 +293,10 @@ class CudaDevicePath final : public DevicePath {
     return event;
   }
 
-  cudaEvent_t follow_event_ = nullptr;        // the caller's stream, recorded by follow_caller()
+  cudaEvent_t follow_event_ = nullptr;  // the caller's stream, recorded by follow_caller()
   std::mutex released_mutex_;
-  std::vector<cudaEvent_t> released_;       // given back by Works (any thread), reused by the next record_event()
-  std::vector<cudaEvent_t> spare_events_;   // record_event()'s, on the caller's thread under the device lock
+  std::vector<cudaEvent_t> released_;      // given back by Works (any thread), reused by the next record_event()
+  std::vector<cudaEvent_t> spare_events_;  // record_event()'s, on the caller's thread under the device lock
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The launcher's environment (environment.hpp): rank, size and store from whatever launched us (hiercoll's own
 // variables, torchrun, Open MPI's mpirun or Slurm's srun, through PMIx where the launcher runs a PMIx server).
+#include "launch/environment.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -14,7 +16,6 @@
 #include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
-#include "launch/environment.hpp"
 #include "launch/rendezvous.hpp"
 #include "topo/net.hpp"
 
@@ -32,8 +33,8 @@ int first_int(std::initializer_list<const char*> names, const char* what) {
   }
   std::string tried;
   for (const char* name : names) tried += std::string(tried.empty() ? "" : ", ") + name;
-  throw InvalidUsageError(std::string("rendezvous_from_env: no ") + what + " in the environment (looked at " +
-                          tried + ")");
+  throw InvalidUsageError(std::string("rendezvous_from_env: no ") + what + " in the environment (looked at " + tried +
+                          ")");
 }
 
 // Slurm without PMIx: the job's first node serves, on MASTER_PORT or a port derived from the job id (so that two
@@ -78,10 +79,13 @@ bool started_by_pmix() { return launch::pmix_built() && base::env_string("PMIX_N
 
 std::optional<std::string> launcher_rendezvous_address(int rank, std::chrono::milliseconds timeout) {
   if (started_by_pmix()) {
-    return launch::pmix_share_from_rank0("rendezvous", rank, [] {
-      std::string address = published_address();
-      return address + ":" + std::to_string(free_port(address));
-    }, timeout);
+    return launch::pmix_share_from_rank0(
+        "rendezvous", rank,
+        [] {
+          std::string address = published_address();
+          return address + ":" + std::to_string(free_port(address));
+        },
+        timeout);
   }
   return slurm_address();
 }
@@ -141,8 +145,8 @@ std::string rendezvous_host_from_env() {
 }  // namespace launch
 
 Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
-  int rank = first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"},
-                       "rank");
+  int rank =
+      first_int({"HIERCOLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"}, "rank");
   int size = first_int({"HIERCOLL_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"},
                        "world size");
   if (size < 1 || rank < 0 || rank >= size) {
@@ -150,7 +154,9 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
                             " is not a valid pair");
   }
   const std::string token = base::env_string("HIERCOLL_JOB_TOKEN").value_or("");
-  auto job_store = [&](const std::string& url) { return Rendezvous{rank, size, open_store(url, rank, timeout, token)}; };
+  auto job_store = [&](const std::string& url) {
+    return Rendezvous{rank, size, open_store(url, rank, timeout, token)};
+  };
   if (auto url = base::env_string("HIERCOLL_STORE")) return job_store(*url);
   auto addr = base::env_string("MASTER_ADDR");
   auto port = base::env_string("MASTER_PORT");
@@ -159,12 +165,15 @@ Rendezvous rendezvous_from_env(std::chrono::milliseconds timeout) {
   if (started_by_pmix()) {
     // Rank 0 opens the server first and publishes the port it got: no port is guessed, none can collide.
     std::shared_ptr<Store> server;
-    std::string url = launch::pmix_share_from_rank0("store", rank, [&] {
-      std::string address = published_address();
-      auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout, token);
-      server = store;
-      return "tcp://" + address + ":" + std::to_string(store->port());
-    }, timeout);
+    std::string url = launch::pmix_share_from_rank0(
+        "store", rank,
+        [&] {
+          std::string address = published_address();
+          auto store = std::make_shared<TcpStore>(address, 0, /*is_server=*/true, timeout, token);
+          server = store;
+          return "tcp://" + address + ":" + std::to_string(store->port());
+        },
+        timeout);
     HIERCOLL_LOG(kInfo, "rendezvous: store " << url << " (published by rank 0 through PMIx)");
     return rank == 0 ? Rendezvous{rank, size, server} : job_store(url);
   }

@@ -275,7 +275,8 @@ std::string who_is_behind(Store& store, int rank, int size, uint64_t completed, 
     const auto give_up = std::chrono::steady_clock::now() + grace;
     for (int r = 0; r < size; ++r) {
       if (counts.count(r)) continue;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
       try {
         const Store::Bytes value = store.get_within(key(r), std::max(left, std::chrono::milliseconds(0)));
         counts[r] = std::stoull(std::string(value.begin(), value.end()));

@@ -44,9 +44,10 @@ class FlightRecorder {
 
   /// queued() and started() at once, at `now`, for a collective its caller runs itself while it holds the caller's
   /// turn (the engine's run_here); then its end. These two are most of a small collective's bookkeeping, so
-  /// they take no lock (the mutex round trips they took before showed in a small allreduce's profile). Hence their one rule: one thread at a time calls them (the turn orders its holders), while
-  /// any thread may read the record. The collective is kept as data and named only when the record is read. Coarse
-  /// times (base::coarse_now: milliseconds) are enough for both ends.
+  /// they take no lock (the mutex round trips they took before showed in a small allreduce's profile). Hence their one
+  /// rule: one thread at a time calls them (the turn orders its holders), while any thread may read the record. The
+  /// collective is kept as data and named only when the record is read. Coarse times (base::coarse_now: milliseconds)
+  /// are enough for both ends.
   uint64_t started_here(const CollectiveName& name, Clock::time_point now);
   void ended_here(uint64_t seq, bool ok, Clock::time_point now);
 

@@ -30,10 +30,10 @@ struct CaseArgs {
 
 /// Where an in-place run's input and output lie in the one buffer it uses.
 enum class InPlace {
-  kNone,         ///< the case runs out of place only
-  kSame,         ///< output = input (allreduce, broadcast, alltoall)
-  kOutsideIn,    ///< the output is this rank's part of the input (reduce-scatter)
-  kInsideOut,    ///< the input is this rank's part of the output (allgather)
+  kNone,       ///< the case runs out of place only
+  kSame,       ///< output = input (allreduce, broadcast, alltoall)
+  kOutsideIn,  ///< the output is this rank's part of the input (reduce-scatter)
+  kInsideOut,  ///< the input is this rank's part of the output (allgather)
 };
 
 struct CollectiveCase {
@@ -172,8 +172,14 @@ inline Placement placement(const CollectiveCase& c, const CaseArgs& a) {
     return p;
   }
   switch (c.in_place) {
-    case InPlace::kOutsideIn: p.buffer_elems[0] = in; p.out_at = static_cast<size_t>(a.rank) * out; break;
-    case InPlace::kInsideOut: p.buffer_elems[0] = out; p.in_at = static_cast<size_t>(a.rank) * in; break;
+    case InPlace::kOutsideIn:
+      p.buffer_elems[0] = in;
+      p.out_at = static_cast<size_t>(a.rank) * out;
+      break;
+    case InPlace::kInsideOut:
+      p.buffer_elems[0] = out;
+      p.in_at = static_cast<size_t>(a.rank) * in;
+      break;
     default: p.buffer_elems[0] = std::max(in, out); break;
   }
   return p;

@@ -95,8 +95,8 @@ void run_allreduce(Communicator& comm, bool large) {
     }
   }
   // Tens of MB, once per type family: the pipelined ring with many chunks per segment. Under the sanitizers
-  // (scripts/dev/sanitize) HIERCOLL_TEST_LARGE_BYTES makes it a few MB: still many chunks and pieces at the tests' chunk
-  // and piece sizes, and the races they look for need no more data, which is slower to check under them.
+  // (scripts/dev/sanitize) HIERCOLL_TEST_LARGE_BYTES makes it a few MB: still many chunks and pieces at the tests'
+  // chunk and piece sizes, and the races they look for need no more data, which is slower to check under them.
   const char* large_bytes = std::getenv("HIERCOLL_TEST_LARGE_BYTES");
   const size_t big = large_bytes ? std::strtoull(large_bytes, nullptr, 10) : size_t{24} << 20;
   for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
@@ -1053,8 +1053,8 @@ int run_stall() {
   return g_failures == 0 ? 0 : 1;
 }
 
-// Every collective at scale (scripts/study/scale-processes: 128 and 256 processes, 16 emulated nodes x 4), checked against
-// the serial reference as the thread-rank test checks it (test/common/collective_checks.hpp).
+// Every collective at scale (scripts/study/scale-processes: 128 and 256 processes, 16 emulated nodes x 4), checked
+// against the serial reference as the thread-rank test checks it (test/common/collective_checks.hpp).
 void run_scale(Communicator& comm) {
   namespace scale = hiercoll::test::scale;
   constexpr size_t kCount = 4099;

@@ -246,8 +246,8 @@ TEST_CASE("every kind but allreduce takes its first eligible row, on host and de
             for (const algo::Choice& c : algo::choices()) {
               if (first == nullptr && static_cast<int>(c.kind) == k && c.eligible(s)) first = &c;
             }
-            INFO(nodes << " nodes, hierarchy " << ready << ", HIERCOLL_ALGO=" << forced << ", kind " << k
-                       << ", device " << device);
+            INFO(nodes << " nodes, hierarchy " << ready << ", HIERCOLL_ALGO=" << forced << ", kind " << k << ", device "
+                       << device);
             REQUIRE(first != nullptr);
             CHECK(selector.choose(static_cast<algo::Kind>(k), 4096, device) == first->algorithm);
           }
@@ -267,8 +267,8 @@ TEST_CASE("every kind but allreduce takes its first eligible row, on host and de
 TEST_CASE("HIERCOLL_ALGO's names are the table's forceable rows, each read back as itself", "[select]") {
   const std::string names = algo::forceable_names();
   CHECK(names == "ring, rd, hier, sharded");
-  for (algo::Algorithm a : {algo::Algorithm::kRing, algo::Algorithm::kRecursiveDoubling,
-                            algo::Algorithm::kHierarchical, algo::Algorithm::kSharded}) {
+  for (algo::Algorithm a : {algo::Algorithm::kRing, algo::Algorithm::kRecursiveDoubling, algo::Algorithm::kHierarchical,
+                            algo::Algorithm::kSharded}) {
     CHECK(algo::forced_algorithm(algo::to_string(a)) == a);
   }
   CHECK_THROWS_WITH(algo::forced_algorithm("node"), Catch::Contains("ring, rd, hier, sharded"));

@@ -1,15 +1,15 @@
 // libfabric transport: one FI_EP_RDM endpoint with tagged messages, one completion queue, an address
 // vector indexed by rank (FI_AV_TABLE), and the MR cache for providers that need registered buffers. Which provider
 // and which of its NICs: provider_choice.cpp.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
 // Which libfabric provider, and which of its NICs, a rank's endpoint opens (provider_choice.hpp).
 #include "transport/fabric/provider_choice.hpp"
 
-#include <rdma/fi_errno.h>
 #include <dirent.h>
+#include <rdma/fi_errno.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,14 +109,17 @@ void warn_if_efa_unused() {
       if (n <= 0) continue;
       target[n] = 0;
       const char* driver = std::strrchr(target, '/');
-      if (driver && std::strcmp(driver + 1, "efa") == 0) devices += (devices.empty() ? "" : ", ") + std::string(entry->d_name);
+      if (driver && std::strcmp(driver + 1, "efa") == 0)
+        devices += (devices.empty() ? "" : ", ") + std::string(entry->d_name);
     }
     closedir(dir);
   }
   if (!devices.empty()) {
-    HIERCOLL_LOG(kWarn, "fabric: EFA device(s) " << devices << " present but the efa provider is not usable; running "
-                                                 "over tcp. Check that /dev/infiniband is visible and libfabric has efa "
-                                                 "(`fi_info -p efa`)");
+    HIERCOLL_LOG(kWarn, "fabric: EFA device(s) "
+                            << devices
+                            << " present but the efa provider is not usable; running "
+                               "over tcp. Check that /dev/infiniband is visible and libfabric has efa "
+                               "(`fi_info -p efa`)");
   }
 }
 
@@ -166,8 +169,9 @@ ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_versio
       continue;
     }
     if (name == "shm" && options.across_nodes) {
-      throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm reaches only the ranks of one host, and this job spans "
-                              "several nodes: use a network provider (tcp, efa, ...) across nodes");
+      throw InvalidUsageError(
+          "HIERCOLL_FABRIC_PROVIDER=shm reaches only the ranks of one host, and this job spans "
+          "several nodes: use a network provider (tcp, efa, ...) across nodes");
     }
     if (name == "shm" && options.local_size > kShmMostRanks) {
       throw InvalidUsageError("HIERCOLL_FABRIC_PROVIDER=shm joins at most " + std::to_string(kShmMostRanks) +
