@@ -1,7 +1,7 @@
 // nccl-tests-style benchmark, one binary per collective (allreduce_perf, reduce_scatter_perf,
 // allgather_perf, broadcast_perf), any backend through the same harness:
 //   allreduce_perf [--backend hiercoll|mpi|gloo|nccl] -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP -c CHECK
-//                  -o sum|prod|min|max -d float|double|int32 -r ROOT -B 0|1 -L MS
+//                  -o sum|prod|min|max -d float|double|int32 -r ROOT -B 0|1 -L MS -p 0|1
 // Rank 0 prints per size: size(B) count type redop root algo | out-of-place time(us) algbw busbw #wrong |
 // in-place (same). size is the whole buffer (all ranks' parts for reduce_scatter / allgather);
 // algbw = size / time; busbw = algbw x factor: allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n,
@@ -11,8 +11,11 @@
 // -L MS measures what waiting costs instead: rank 0 sleeps MS milliseconds before each call, and the other ranks,
 // waiting for it inside the collective, report the CPU time their processes used per second of that waiting (all
 // threads: callers, progress threads, the library's helpers), beside the CPU one call costs when nobody is late.
+// -p 1 times each call (blocking, as -B 1) and prints, under each row, rank 0's median, 99th percentile and longest
+// out-of-place call, and how many took over 1 ms.
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -48,7 +51,7 @@ struct Args {
   size_t min_bytes = 8, max_bytes = 64 << 20;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, root = 0;
-  bool blocking = false;
+  bool blocking = false, spread = false;
   int late_ms = 0;
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
@@ -86,6 +89,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "-r") args.root = std::atoi(value.c_str());
     else if (flag == "-B") args.blocking = std::atoi(value.c_str()) != 0;
     else if (flag == "-L") args.late_ms = std::atoi(value.c_str());
+    else if (flag == "-p") args.spread = std::atoi(value.c_str()) != 0;
     else if (flag == "-d") {
       if (value == "float") args.type = DataType::kFloat32;
       else if (value == "double") args.type = DataType::kFloat64;
@@ -98,7 +102,7 @@ Args parse(int argc, char** argv) {
       else if (value == "max") args.op = ReduceOp::kMax;
       else throw InvalidUsageError("-o " + value + ": supported are sum, prod, min, max");
     } else {
-      throw InvalidUsageError("unknown flag " + flag + " (flags: --backend -b -e -f -n -w -c -o -d -r -B -L)");
+      throw InvalidUsageError("unknown flag " + flag + " (flags: --backend -b -e -f -n -w -c -o -d -r -B -L -p)");
     }
   }
   if (args.factor <= 1) throw InvalidUsageError("-f must be > 1");
@@ -263,16 +267,20 @@ class Runner {
     double cpu, wall;  // seconds
   };
   Usage timed_calls(void* in, void* out, const Shape& s, bool in_place, bool blocking, int late_ms) {
+    blocking = blocking || args_.spread;  // each call's own time is the time to its end
     for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, in_place);
     b_.sync();
     average(0);  // line the ranks up before timing
     timespec cpu0{}, cpu1{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
     const auto start = std::chrono::steady_clock::now();
+    per_call_.clear();
     for (int i = 0; i < args_.iters; ++i) {
       if (r_ == 0 && late_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
+      const auto call_start = args_.spread ? std::chrono::steady_clock::now() : start;
       issue(in, out, s, in_place);
       if (blocking) b_.sync();
+      if (args_.spread) per_call_.push_back(std::chrono::steady_clock::now() - call_start);
     }
     b_.sync();
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
@@ -325,8 +333,10 @@ class Runner {
     for_each_size([&](const Shape& s, void* in, void* out) {
       double seconds[2];
       long wrong[2] = {0, 0};
+      std::string spread;
       for (int in_place = 0; in_place < 2; ++in_place) {
         seconds[in_place] = average(timed_calls(in, out, s, in_place, args_.blocking, 0).wall / args_.iters);
+        if (args_.spread && in_place == 0) spread = spread_line();
         for (int c = 0; c < args_.check; ++c) wrong[in_place] += check(in, out, s, in_place);
         wrong[in_place] = static_cast<long>(average(static_cast<double>(wrong[in_place])) * n_ + 0.5);
         fill(in, s);
@@ -344,7 +354,7 @@ class Runner {
           busbw_sum += busbw;
           ++rows;
         }
-        std::printf("\n");
+        std::printf("\n%s", spread.c_str());
         std::fflush(stdout);
       }
       wrong_total += wrong[0] + wrong[1];
@@ -357,9 +367,25 @@ class Runner {
   }
 
  private:
+  // -p: rank 0's out-of-place calls of this size one by one, as a comment line under the row. A mean hides the few
+  // calls that lost the core for a scheduler slice (milliseconds) among hundreds of microsecond ones.
+  std::string spread_line() {
+    std::vector<double> us;
+    for (auto d : per_call_) us.push_back(std::chrono::duration<double, std::micro>(d).count());
+    std::sort(us.begin(), us.end());
+    const auto slow = std::count_if(us.begin(), us.end(), [](double t) { return t > 1000; });
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "#   rank %d, each call waited for (us): median %.2f, 99th percentile %.2f, max %.1f; "
+                  "%ld of %zu over 1 ms\n",
+                  r_, us[us.size() / 2], us[us.size() * 99 / 100], us.back(), static_cast<long>(slow), us.size());
+    return line;
+  }
+
   Backend& b_;
   const Args& args_;
   int n_, r_;
+  std::vector<std::chrono::steady_clock::duration> per_call_;
 };
 
 }  // namespace

@@ -156,10 +156,11 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     return allreduce_leader(issue, h, m, net, in, out, count, type, op, inter);
   }
   // One node, host memory: a rank stages only the shards the others reduce and reads its own from its input, and
-  // reduces its shard straight into its area, published as it is: per rank and piece, (L-1)/L of the piece staged
-  // and one shard copy fewer than staging everything and publishing a copy of the result (2 ranks: 4.5 bytes of
-  // memory traffic per byte reduced instead of 5.5). Across nodes the shard is reduced into `out` for the network
-  // phase; on device memory every copy is a kernel launch, and one copy of the piece costs less than two.
+  // reduces its shard in one pass into both its area, published as it is, and its output, so the gather copies only
+  // the others' shards. Per rank, 2 ranks: 4 bytes of memory traffic per byte of the piece, where staging everything
+  // and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the rank's own
+  // shard from it, 4.5). Across nodes the shard is reduced into `out` for the network phase; on device memory every
+  // copy is a kernel launch, and one copy of the piece costs less than two.
   const bool direct = !network && queue.kind() == device::MemoryKind::kHost;
   const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
   const device::WaitContext published_wait = issue.wait("intra-node allgather");
@@ -190,10 +191,14 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     } else {
       queue.copy(area, piece_in, p.n * elem);
     }
-    p.mine = direct ? area + at : output + p.offset * elem + at;
+    uint8_t* result = output + p.offset * elem + at;
+    p.mine = direct ? area + at : result;
     node_reduce_round(m, p.round, signature, staged_wait, p.shards.offset[l], p.mine_count,
-                      direct ? piece_in + at : nullptr, p.mine, type, partial);
-    if (!network && op == ReduceOp::kAvg) queue.divide(p.mine, p.mine_count, type, world);
+                      direct ? piece_in + at : nullptr, p.mine, type, partial, direct ? result : nullptr);
+    if (!network && op == ReduceOp::kAvg) {
+      queue.divide(p.mine, p.mine_count, type, world);
+      if (direct) queue.divide(result, p.mine_count, type, world);
+    }
     if (network && staged) queue.copy(m.network_staging[p.round.slot], p.mine, p.mine_count * elem);
     return p;
   };
@@ -220,9 +225,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     const size_t at = p.shards.offset[l] * elem;
     if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
     if (!direct) queue.copy(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
-    // Direct: this rank's shard too, from its area, where it was reduced.
-    node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0,
-                      direct ? -1 : l, type);
+    node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, l, type);
   };
 
   // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather

@@ -96,9 +96,10 @@ inline void node_flag_round(NodeMemory& m, NodeRound r, uint64_t signature, cons
 /// The reduce half of a node reduce-scatter round. This rank has staged its part of round `r` in its area; signals
 /// that (with `signature`), waits for every local rank's, then reduces elements [at, at + n) of all L areas into
 /// `out`, in local-rank order so every rank's result has the same bits. `own`: this rank's source for those
-/// elements when it did not stage them (null: its area).
+/// elements when it did not stage them (null: its area). `mine`, when not null, receives the result too, in the
+/// same pass (`out` is then what the other local ranks read).
 void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const device::WaitContext& wait, size_t at,
-                       size_t n, const void* own, void* out, DataType type, ReduceOp op);
+                       size_t n, const void* own, void* out, DataType type, ReduceOp op, void* mine = nullptr);
 
 /// The gather half of a node allgather round. This rank has put its part of round `r` in its area; signals `kind`
 /// (with `signature`, 0: none), waits for every local rank's, then copies rank k's part (parts.count[k] elements at

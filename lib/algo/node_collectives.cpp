@@ -16,14 +16,19 @@
 namespace hiercoll::algo {
 
 void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const device::WaitContext& wait, size_t at,
-                       size_t n, const void* own, void* out, DataType type, ReduceOp op) {
+                       size_t n, const void* own, void* out, DataType type, ReduceOp op, void* mine) {
   transport::PeerMemory& peers = *m.peers;
   const int L = peers.local_size(), me = peers.local_rank();
   const size_t at_bytes = at * dtype_size(type);
   node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
   m.sources.resize(static_cast<size_t>(L));
   for (int k = 0; k < L; ++k) m.sources[k] = k == me && own != nullptr ? own : peers.area(r.slot, k) + at_bytes;
-  if (n > 0) m.queue->reduce(out, m.sources.data(), L, n, type, op);
+  if (n == 0) return;
+  if (mine != nullptr) {
+    m.queue->reduce_to_both(out, mine, m.sources.data(), L, n, type, op);
+  } else {
+    m.queue->reduce(out, m.sources.data(), L, n, type, op);
+  }
 }
 
 void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,

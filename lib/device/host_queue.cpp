@@ -146,8 +146,16 @@ void HostQueue::copy(void* dst, const void* src, size_t bytes) {
 void HostQueue::reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
                        ReduceOp op) {
   if (source_count == 1) return copy(dst, sources[0], count * dtype_size(type));
-  reduce::reduce(dst, sources[0], sources[1], count, type, op);
-  for (int k = 2; k < source_count; ++k) reduce::reduce(dst, dst, sources[k], count, type, op);
+  reduce::reduce_sources(dst, sources, source_count, count, type, op);
+}
+
+void HostQueue::reduce_to_both(void* shared, void* mine, const void* const* sources, int source_count, size_t count,
+                               DataType type, ReduceOp op) {
+  if (source_count == 1) {
+    copy(mine, sources[0], count * dtype_size(type));
+    return copy(shared, mine, count * dtype_size(type));
+  }
+  reduce::reduce_sources(shared, sources, source_count, count, type, op, mine);
 }
 
 void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {

@@ -63,6 +63,10 @@ class Queue {
   /// dst[i] = sources[0][i] op sources[1][i] op ... (in that order). dst may be sources[0] exactly, no other source.
   virtual void reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
                       ReduceOp op) = 0;
+  /// reduce() into `shared`, which the node's other ranks read next, and into `mine`, this rank's own memory, in one
+  /// pass over the sources. `mine` may be one of the sources exactly.
+  virtual void reduce_to_both(void* shared, void* mine, const void* const* sources, int source_count, size_t count,
+                              DataType type, ReduceOp op) = 0;
   /// data[i] /= divisor (floating types).
   virtual void divide(void* data, size_t count, DataType type, int divisor) = 0;
 

@@ -171,3 +171,43 @@ TEST_CASE("fp16 and bf16 conversions round to nearest even, as the test encoder 
   CHECK(std::isnan(reduce::half_to_float(reduce::float_to_half(NAN))));
   CHECK(std::isnan(reduce::bf16_to_float(reduce::float_to_bf16(NAN))));
 }
+
+TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without a copy", "[reduce]") {
+  // Blocked over several sources, the result must have the bits of reducing whole buffers in source order; the second
+  // destination changes only where the result is stored. Counts cross the 4 KB blocks; an in-place copy (onto the
+  // last source) must read each block before writing it.
+  std::mt19937 rng(7);
+  for (DataType type :
+       {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt8, DataType::kFloat64}) {
+    const size_t elem = dtype_size(type);
+    for (int n : {2, 3, 5}) {
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{4097}, size_t{20000}}) {
+        std::vector<std::vector<uint8_t>> sources(static_cast<size_t>(n), std::vector<uint8_t>(count * elem));
+        std::vector<const void*> pointers;
+        for (auto& s : sources) {
+          for (size_t i = 0; i < count; ++i) test::put(type, s.data(), i, random_value(rng, type, ReduceOp::kSum));
+          pointers.push_back(s.data());
+        }
+        std::vector<uint8_t> want(count * elem);
+        reduce::reduce(want.data(), pointers[0], pointers[1], count, type, ReduceOp::kSum);
+        for (int k = 2; k < n; ++k) reduce::reduce(want.data(), want.data(), pointers[k], count, type, ReduceOp::kSum);
+        for (int copy_to : {-1, 0, n - 1}) {  // none, a buffer of its own, the last source (in place)
+          INFO(to_string(type) << " n " << n << " count " << count << " copy " << copy_to);
+          std::vector<uint8_t> got(want.size(), 0xab), own(want.size(), 0xcd);
+          const std::vector<uint8_t> last = sources.back();
+          void* copy = copy_to < 0 ? nullptr : copy_to == 0 ? own.data() : sources.back().data();
+          reduce::reduce_sources(got.data(), pointers.data(), n, count, type, ReduceOp::kSum, copy);
+          CHECK(got == want);
+          if (copy != nullptr) CHECK(std::memcmp(copy, want.data(), want.size()) == 0);
+          sources.back() = last;
+          pointers.back() = sources.back().data();
+        }
+      }
+    }
+  }
+  const float x = 1;
+  const void* one[] = {&x};
+  float out = 0;
+  CHECK_THROWS_WITH(reduce::reduce_sources(&out, one, 1, 1, DataType::kFloat32, ReduceOp::kSum),
+                    Catch::Contains("1 sources"));
+}

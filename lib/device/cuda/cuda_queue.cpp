@@ -117,6 +117,13 @@ void CudaQueue::reduce(void* dst, const void* const* sources, int source_count, 
   reduce::cuda::reduce_many(dst, sources, source_count, count, type, op, stream_);
 }
 
+void CudaQueue::reduce_to_both(void* shared, void* mine, const void* const* sources, int source_count, size_t count,
+                               DataType type, ReduceOp op) {
+  // Not on the device path's schedules (allreduce_hier reduces into both on host memory only): a reduce, then a copy.
+  reduce(shared, sources, source_count, count, type, op);
+  copy(mine, shared, count * dtype_size(type));
+}
+
 void CudaQueue::divide(void* data, size_t count, DataType type, int divisor) {
   reduce::cuda::divide(data, count, type, divisor, stream_);
 }

@@ -36,6 +36,8 @@ class CudaQueue final : public Queue {
   void copy(void* dst, const void* src, size_t bytes) override;
   void reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
               ReduceOp op) override;
+  void reduce_to_both(void* shared, void* mine, const void* const* sources, int source_count, size_t count,
+                      DataType type, ReduceOp op) override;
   void divide(void* data, size_t count, DataType type, int divisor) override;
   void signal(uint64_t* flag, uint64_t generation, uint64_t signature) override;
   void wait(uint64_t* const* flags, int flag_count, uint64_t generation, uint64_t signature,

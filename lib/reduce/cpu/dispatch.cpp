@@ -1,4 +1,9 @@
 // Picks the kernel table for this CPU once, and checks arguments before any kernel runs.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
 #include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
 #include "reduce/cpu/half.hpp"
@@ -80,6 +85,34 @@ void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count,
 
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
   reduce_with(active_isa(), dst, a, b, count, type, op);
+}
+
+void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
+                    void* copy) {
+  check_op(type, op);
+  if (n < 2) throw InvalidUsageError("reduce_sources: " + std::to_string(n) + " sources, needs two or more");
+  if (count == 0) return;
+  const ReduceFn fn = table_for(active_isa()).reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
+  if (n == 2 && copy == nullptr) return fn(dst, sources[0], sources[1], count);
+  // A block of each source and of the result stay in L1 (48 KB or more on current x86 cores) across the sources.
+  constexpr size_t kBlockBytes = 4096;
+  alignas(64) uint8_t scratch[kBlockBytes];
+  const size_t elem = dtype_size(type), block = kBlockBytes / elem;
+  auto* out = static_cast<uint8_t*>(dst);
+  auto* second = static_cast<uint8_t*>(copy);
+  auto source = [&](int k, size_t at) { return static_cast<const uint8_t*>(sources[k]) + at * elem; };
+  for (size_t at = 0; at < count; at += block) {
+    const size_t len = std::min(block, count - at);
+    // Into dst itself where that is all; with a copy, into the scratch block and from there (L1) to both: the copy
+    // may be one of the sources (an in-place call's own input), read before the block is written.
+    uint8_t* to = second != nullptr ? scratch : out + at * elem;
+    fn(to, source(0, at), source(1, at), len);
+    for (int k = 2; k < n; ++k) fn(to, to, source(k, at), len);
+    if (second != nullptr) {
+      std::memcpy(out + at * elem, to, len * elem);
+      std::memcpy(second + at * elem, to, len * elem);
+    }
+  }
 }
 
 void divide(void* buffer, size_t count, DataType type, int divisor) {
