@@ -57,10 +57,10 @@ enum NodeOp : uint64_t {
   kNodeBarrier = 6
 };
 
-// Whether an allgather or a broadcast moving `bytes` per rank reads the peers' buffers directly (direct_round).
-// For a broadcast that trades the staged rounds' eager send (the root copying in while the others copy out) for
-// one copy: faster when the ranks' cores share no cache (as separate cores do), slower when they share one, which
-// is why it has its own threshold (HIERCOLL_CMA_BYTES; figures in docs/tuning.md).
+// Whether an allgather or a broadcast moving `bytes` per rank reads the peers' buffers directly (direct_round): one
+// copy through the kernel instead of two through the areas, at the price of a system call that pins the peer's
+// pages. Off unless HIERCOLL_CMA_BYTES asks for it: on the host it was measured on, the staged rounds were as fast or
+// faster at every size whether or not the ranks' cores shared a cache (docs/tuning.md).
 bool direct_reads(const NodeMemory& m, size_t bytes) {
   return m.direct_bytes != 0 && bytes >= m.direct_bytes && m.queue->kind() == device::MemoryKind::kHost &&
          m.peers->direct_token() != 0;

@@ -23,7 +23,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_NET_STAGING", "0"},
       {"HIERCOLL_CALLER_THREAD", "1"},
       {"HIERCOLL_SPIN_YIELD", "auto"},
-      {"HIERCOLL_CMA_BYTES", "64K"},
+      {"HIERCOLL_CMA_BYTES", "0"},
       {"HIERCOLL_CUDA_PIECE_BYTES", "4M"},
       {"HIERCOLL_CHUNK_BYTES", "1M"},
       {"HIERCOLL_PIPELINE_SLOTS", "4"},

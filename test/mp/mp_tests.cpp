@@ -352,17 +352,20 @@ TEST_CASE("on_failure tells every rank once: those that timed out before their e
   CHECK(result.ranks[2].output.find("TOLD rank=2 code=remote error") != std::string::npos);
 }
 
+// Allgathers and broadcasts of 64 KB and more per rank read the peers' buffers directly (HIERCOLL_CMA_BYTES, off by
+// default) where each rank has a core: 1 and 2 ranks here.
 TEST_CASE("the other collectives equal the serial reference", "[mp][collectives][quick]") {
   int ranks = GENERATE(1, 2, 3, 4, 5);
   INFO("ranks " << ranks);
-  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"collectives"}, loopback({{"HIERCOLL_CHUNK_BYTES", "16K"}}));
+  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"collectives"},
+                       loopback({{"HIERCOLL_CHUNK_BYTES", "16K"}, {"HIERCOLL_CMA_BYTES", "64K"}}));
   INFO(result.report());
   CHECK(result.all_ok());
 }
 
 // On one node reduce-scatter and allgather go through shared memory in rounds of the piece size: small pieces
 // make hundreds of rounds, so the slot rotation and flag generations run many times over. Allgathers and broadcasts
-// stage too (HIERCOLL_CMA_BYTES=0), where the test above reads the peers' buffers directly from 64 KB.
+// stage too (HIERCOLL_CMA_BYTES=0, the default), where the test above reads the peers' buffers directly from 64 KB.
 TEST_CASE("the other collectives equal the serial reference through shared memory in many rounds",
           "[mp][collectives]") {
   int ranks = GENERATE(3, 4);
