@@ -55,6 +55,10 @@ def launch_command(args, env=(), backend="hiercoll", collective="allreduce", lay
     # 3.5-4.2 ms against 0.2-1.9 unpinned (2 runs each, 2026-11-26).
     cmd += ["--bind-to", "none"] if backend == "gloo" else []
     cmd += ["--netns", "hc"] if layout and netns else ["-x", "HIERCOLL_FABRIC_IFACE=lo"]
+    if backend == "gloo" and layout and netns:
+        # Gloo binds the address it is given (bench/perf/backend_gloo.cpp), by default 127.0.0.1, which in a node's
+        # namespace no other node reaches: the nodes' NIC instead.
+        cmd += ["-x", "HIERCOLL_FABRIC_IFACE=hcnic0"]
     for e in env:
         cmd += ["-x", e]
     return cmd + ["--", perf(collective), "--backend", backend] + args
