@@ -225,7 +225,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     const size_t at = p.shards.offset[l] * elem;
     if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
     if (!direct) queue.copy(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
-    node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, l, type);
+    node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, type);
   };
 
   // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather

@@ -103,10 +103,10 @@ void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const dev
 
 /// The gather half of a node allgather round. This rank has put its part of round `r` in its area; signals `kind`
 /// (with `signature`, 0: none), waits for every local rank's, then copies rank k's part (parts.count[k] elements at
-/// parts.offset[k] of its area) to `to + k * stride + parts.offset[k]` (elements), for every local rank k but `skip`
-/// (-1: none).
+/// parts.offset[k] of its area) to `to + k * stride + parts.offset[k]` (elements), for every other local rank k
+/// (this rank's part is where its caller put it already).
 void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,
-                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride, int skip,
+                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride,
                        DataType type);
 
 /// What a schedule that issues queue work needs of its operation. Device work is issued on the caller's thread,

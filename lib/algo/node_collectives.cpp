@@ -32,13 +32,13 @@ void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const dev
 }
 
 void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,
-                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride, int skip,
+                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride,
                        DataType type) {
   transport::PeerMemory& peers = *m.peers;
   const size_t elem = dtype_size(type);
   node_sync(m, kind, r.slot, r.generation, signature, wait, m.flags);
   for (int k = 0; k < peers.local_size(); ++k) {
-    if (k == skip) continue;
+    if (k == peers.local_rank()) continue;
     const size_t at = parts.offset[k] * elem;
     m.queue->copy(to + static_cast<size_t>(k) * stride * elem + at, peers.area(r.slot, k) + at, parts.count[k] * elem);
   }
@@ -198,8 +198,7 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
     const size_t offset = t * q, n = std::min(q, send_count - offset);
     queue.copy(peers.area(r.slot, me), input + offset * elem, n * elem);
     parts.count.assign(static_cast<size_t>(L), n);
-    node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset * elem, send_count, me,
-                      type);
+    node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset * elem, send_count, type);
     // Our own block straight from the input (nothing to copy when in place).
     queue.copy(output + (static_cast<size_t>(me) * send_count + offset) * elem, input + offset * elem, n * elem);
   }
