@@ -3,6 +3,7 @@ command with its output echoed, starting a *_perf benchmark on loopback or the e
 the marked sections of a document that one script writes and the others keep, and their text wrapped; the torchrun
 command line and environment of the torch-level benchmarks (bench-torch, bench-tp-decode); medians of alternated
 runs and sizes in words for the tables (bench-compare, bench-peers)."""
+import csv
 import json
 import os
 import re
@@ -179,7 +180,7 @@ def human(b):
 
 
 def memcpy_gbps():
-    """This host's memcpy rate now (GB/s of memory traffic, read plus write, of 16 MB copies: `hiercoll_micro
+    """This host's memcpy rate now (GB/s of memory traffic, read plus write, of 32 MB copies: `hiercoll_micro
     --benchmark_filter=^BM_Memcpy/`): on a shared host it moves from day to day, and every one-host figure of
     memory-bound work moves with it."""
     out = run([os.path.join(BUILD, "bench", "hiercoll_micro"), "--benchmark_filter=^BM_Memcpy/",
@@ -187,6 +188,38 @@ def memcpy_gbps():
     report = json.loads(out)
     median = [b for b in report["benchmarks"] if b.get("aggregate_name") == "median"]
     return (median or report["benchmarks"])[0]["bytes_per_second"] / 1e9
+
+
+def kernels_table(repetitions=5):
+    """The kernels' memory-traffic rates, each the median of `repetitions` runs in random order (memcpy's among
+    them), so that a state change of a shared host's memory mid-run moves every row alike."""
+    out = run([os.path.join(BUILD, "bench", "hiercoll_micro"), "--benchmark_filter=^BM_(Memcpy|Reduce)/",
+               "--benchmark_min_time=0.2", f"--benchmark_repetitions={repetitions}",
+               "--benchmark_enable_random_interleaving=true", "--benchmark_report_aggregates_only=true",
+               "--benchmark_format=csv"])
+    rates = {}
+    for line in out.splitlines():
+        if not line.startswith('"BM_'):
+            continue
+        f = next(csv.reader([line]))
+        # name, iterations, real_time, cpu_time, time_unit, bytes_per_second, items_per_second, label, error...
+        if len(f) > 8 and f[8] == "true":  # skipped: instruction set missing on this CPU
+            continue
+        if f[0].endswith("/real_time_median") or (repetitions == 1 and f[0].endswith("/real_time")):
+            rates[f[0].split("/real_time")[0]] = (float(f[5]) if f[5] else 0.0, f[7])
+    copy = rates.get("BM_Memcpy", (0, ""))[0]
+    lines = [f"Medians of {repetitions} runs in random order (`hiercoll_micro --benchmark_repetitions={repetitions} "
+             "--benchmark_enable_random_interleaving=true`), 32 MB buffers. Streaming stores write the result past "
+             "the caches, as every kernel does from `HIERCOLL_STREAM_BYTES` (docs/tuning.md); \"forced\" rows show "
+             "ordinary stores beside them.\n",
+             "| kernel | GB/s of memory traffic | fraction of memcpy |", "|---|---|---|"]
+    lines.append(f"| memcpy (read + write) | {copy / 1e9:.2f} | 1.00 |")
+    def order(name):  # BM_Reduce/type/isa/stores, in the binary's order
+        return [int(x) for x in name.split("/")[1:]]
+    for name, (rate, label) in sorted(rates.items(), key=lambda item: order(item[0])):
+        if name.startswith("BM_Reduce") and rate > 0:
+            lines.append(f"| {label} (read 2 + write 1) | {rate / 1e9:.2f} | {rate / copy:.2f} |")
+    return "\n".join(lines)
 
 
 def torchrun(ranks):

@@ -1,14 +1,18 @@
 // Google Benchmark micro-benchmarks of the building blocks:
 //  - reduction kernels per type and instruction set, against memcpy of the same data: "bytes_per_second"
 //    counts memory traffic (reduce: read a, read b, write dst = 3 x buffer; memcpy: 2 x buffer), so
-//    reduce / memcpy is the kernel's fraction of the memory bandwidth a copy reaches;
+//    reduce / memcpy is the kernel's fraction of the memory bandwidth a copy reaches (scripts/bench/bench-compare
+//    runs them as repetitions in random order, as a shared host's memory rate can move 2x within a minute);
 //  - copying into a shared-memory segment;
 //  - libfabric (tcp provider on loopback) ping-pong latency and streaming bandwidth between two endpoints;
 //  - the per-call cost of choosing an allreduce's algorithm, which every call pays.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -23,8 +27,24 @@ namespace {
 
 constexpr size_t kBufferBytes = 32 << 20;  // beyond the caches: memory-bound, as for gradients
 
+// A buffer aligned to a cache line, as torch's CPU allocator and hiercoll's shared segments give (malloc's large
+// blocks start 16 bytes into a page: every 64-byte load from them would straddle two lines).
+struct LineBuffer {
+  explicit LineBuffer(size_t bytes, int fill) : data_(static_cast<uint8_t*>(std::aligned_alloc(64, bytes))) {
+    if (data_ == nullptr) throw std::bad_alloc();
+    std::memset(data_.get(), fill, bytes);
+  }
+  uint8_t* data() { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+};
+
 void BM_Memcpy(benchmark::State& state) {
-  std::vector<uint8_t> src(kBufferBytes, 1), dst(kBufferBytes);
+  LineBuffer src(kBufferBytes, 1), dst(kBufferBytes, 0);
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), kBufferBytes);
     benchmark::DoNotOptimize(dst.data());
@@ -36,25 +56,34 @@ BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_Reduce(benchmark::State& state) {
   auto type = static_cast<DataType>(state.range(0));
   auto isa = static_cast<reduce::Isa>(state.range(1));
+  auto stores = static_cast<reduce::Stores>(state.range(2));
   if (!reduce::isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
   }
   size_t count = kBufferBytes / dtype_size(type);
-  std::vector<uint8_t> a(kBufferBytes, 0), b(kBufferBytes, 0), dst(kBufferBytes);
+  LineBuffer a(kBufferBytes, 0), b(kBufferBytes, 0), dst(kBufferBytes, 0);
   for (auto _ : state) {
-    reduce::reduce_with(isa, dst.data(), a.data(), b.data(), count, type, ReduceOp::kSum);
+    reduce::reduce_with(isa, dst.data(), a.data(), b.data(), count, type, ReduceOp::kSum, stores);
     benchmark::DoNotOptimize(dst.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * kBufferBytes);
-  state.SetLabel(std::string(to_string(type)) + " sum " + reduce::to_string(isa));
+  const bool streamed =
+      stores == reduce::Stores::kStreaming ||
+      (stores == reduce::Stores::kAuto && reduce::stream_bytes() != 0 && kBufferBytes >= reduce::stream_bytes());
+  state.SetLabel(std::string(to_string(type)) + " sum " + reduce::to_string(isa) +
+                 (streamed ? ", streaming stores" : ", ordinary stores") +
+                 (stores == reduce::Stores::kAuto ? "" : " (forced)"));
 }
+// Stores: kAuto, the path every caller takes (a 32 MB result streams past the caches where the last-level cache is
+// 128 MB or less, reduce::stream_bytes()), and kCached, ordinary stores, to show what streaming gains.
 BENCHMARK(BM_Reduce)
     ->ArgsProduct({{static_cast<int>(DataType::kFloat32), static_cast<int>(DataType::kFloat64),
                     static_cast<int>(DataType::kFloat16), static_cast<int>(DataType::kBFloat16),
                     static_cast<int>(DataType::kInt8), static_cast<int>(DataType::kInt32)},
                    {static_cast<int>(reduce::Isa::kScalar), static_cast<int>(reduce::Isa::kAvx2),
-                    static_cast<int>(reduce::Isa::kAvx512)}})
+                    static_cast<int>(reduce::Isa::kAvx512)},
+                   {static_cast<int>(reduce::Stores::kAuto), static_cast<int>(reduce::Stores::kCached)}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -39,6 +39,7 @@ const std::vector<Knob>& knobs() {
       {"FI_OFI_RXM_BUFFER_SIZE", "16K"},
       {"FI_OFI_RXM_MSG_RX_SIZE", "1024"},
       {"HIERCOLL_CPU_ISA", ""},
+      {"HIERCOLL_STREAM_BYTES", ""},
       {"HIERCOLL_FLIGHT_ENTRIES", "256"},
       {"HIERCOLL_FLIGHT_DUMP", ""},
   };
@@ -114,6 +115,8 @@ class Reader {
 void read_process(const Reader& r, Settings& s) {
   s.debug = r.one_of("HIERCOLL_DEBUG", {"VERSION", "WARN", "INFO", "DETAIL", "TRACE"});
   s.cpu_isa = r.one_of("HIERCOLL_CPU_ISA", {"scalar", "avx2", "avx512"});
+  s.stream_bytes_set = !r.text("HIERCOLL_STREAM_BYTES").empty();
+  s.stream_bytes = s.stream_bytes_set ? r.bytes("HIERCOLL_STREAM_BYTES", 0) : 0;
 }
 
 Settings read(bool use_env) {

@@ -2,8 +2,8 @@
 // Every tuning knob of hiercoll in one place: its variable, default and meaning are declared once (knobs(), the
 // list docs/tuning.md documents; a test checks the two agree) and read from the environment in one function,
 // Settings::from_env. A communicator reads them when it is made and passes them down; nothing below asks the
-// environment. HIERCOLL_DEBUG and HIERCOLL_CPU_ISA are process-wide (logging and the kernel table exist before any
-// communicator): process_settings() reads them once per process.
+// environment. HIERCOLL_DEBUG, HIERCOLL_CPU_ISA and HIERCOLL_STREAM_BYTES are process-wide (logging and the kernel
+// table exist before any communicator): process_settings() reads them once per process.
 //
 // The launch environment (rank, size and rendezvous from torchrun, mpirun, Slurm: RANK, MASTER_ADDR, ...) is not a
 // setting: lib/launch reads it (launch/environment.cpp).
@@ -53,6 +53,8 @@ struct Settings {
   uint64_t flight_entries = 0;    ///< HIERCOLL_FLIGHT_ENTRIES: collectives the flight recorder keeps
   std::string flight_dump;        ///< HIERCOLL_FLIGHT_DUMP: directory for the record on a failure; "": none
   std::string cpu_isa;            ///< HIERCOLL_CPU_ISA: "" means the best the CPU has
+  uint64_t stream_bytes = 0;      ///< HIERCOLL_STREAM_BYTES: kernel results this large bypass the caches; 0: never
+  bool stream_bytes_set = false;  ///< whether it was set (else the reduce layer derives it from the cache size)
 
   /// Every knob from the environment, unset ones at their defaults. A malformed or out-of-range value throws
   /// InvalidUsageError naming the variable.
@@ -61,8 +63,9 @@ struct Settings {
   static Settings defaults();
 };
 
-/// What is process-wide (HIERCOLL_DEBUG, HIERCOLL_CPU_ISA), read from the environment the first time this is called
-/// (the other fields hold their defaults). Throws InvalidUsageError on a malformed value, and again on every call.
+/// What is process-wide (HIERCOLL_DEBUG, HIERCOLL_CPU_ISA, HIERCOLL_STREAM_BYTES), read from the environment the
+/// first time this is called (the other fields hold their defaults). Throws InvalidUsageError on a malformed value, and
+/// again on every call.
 const Settings& process_settings();
 
 }  // namespace hiercoll::base

@@ -10,6 +10,13 @@ namespace hiercoll::reduce {
 
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
+/// How a kernel writes its result. kAuto: kStreaming where the result is at least stream_bytes(), else kCached.
+/// kStreaming writes it with non-temporal stores, past the caches: an ordinary store to a line the cache lacks first
+/// reads that line from memory, so a result too large to stay in cache costs a third more memory traffic than the
+/// two reads and one write a two-source reduction needs (and evicts its sources). The result is in memory, ordered
+/// before whatever the caller stores next, when the call returns.
+enum class Stores { kAuto, kCached, kStreaming };
+
 /// dst[i] = a[i] op b[i] for i < count. dst may be a or b (exactly), never partially overlap them.
 /// kAvg reduces like kSum; finish an average with divide().
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
@@ -18,7 +25,7 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
 /// sources there are. dst may be sources[0] exactly. `copy`, when not null, receives the result too, in the same
 /// pass: it may be one of the sources exactly, never dst.
 void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
-                    void* copy = nullptr);
+                    void* copy = nullptr, Stores stores = Stores::kAuto);
 /// buffer[i] /= divisor. Floating types only.
 void divide(void* buffer, size_t count, DataType type, int divisor);
 
@@ -27,7 +34,11 @@ Isa active_isa();
 const char* to_string(Isa isa);
 bool isa_supported(Isa isa);
 /// reduce() with one instruction set's kernels, for tests and benchmarks. Requires isa_supported(isa).
-void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                 Stores stores = Stores::kAuto);
+/// The size of result from which kAuto streams: HIERCOLL_STREAM_BYTES, else a quarter of the last-level cache
+/// (results that large and their sources cannot all stay there). 0: never.
+size_t stream_bytes();
 
 /// fp16 / bf16 conversions shared by kernels and tests (round to nearest even; NaN stays NaN).
 float half_to_float(uint16_t h);

@@ -40,40 +40,43 @@ double random_value(std::mt19937& rng, DataType type, ReduceOp op) {
 }  // namespace
 
 TEST_CASE("kernels match a scalar reference for every type, op and instruction set", "[reduce]") {
+  // Both ways of storing: streaming goes through L1 blocks and writes the lines dst starts and ends inside apart.
   std::mt19937 rng(42);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!reduce::isa_supported(isa)) {
       WARN("SKIPPED: this CPU lacks " << reduce::to_string(isa));
       continue;
     }
-    for (DataType type : test::all_types()) {
-      for (ReduceOp op : test::all_ops()) {
-        for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1023}, size_t{1025}, size_t{5000}}) {
-          for (size_t offset : {size_t{0}, size_t{1}}) {  // offset 1 element: unaligned vector loads
-            size_t elem = dtype_size(type);
-            std::vector<uint8_t> a((count + offset) * elem), b(a.size()), dst(a.size());
-            for (size_t i = 0; i < count; ++i) {
-              test::put(type, a.data() + offset * elem, i, random_value(rng, type, op));
-              test::put(type, b.data() + offset * elem, i, random_value(rng, type, op));
-            }
-            reduce::reduce_with(isa, dst.data() + offset * elem, a.data() + offset * elem, b.data() + offset * elem,
-                                count, type, op);
-            for (size_t i = 0; i < count; ++i) {
-              double x = test::get(type, a.data() + offset * elem, i), y = test::get(type, b.data() + offset * elem, i);
-              uint8_t cell[8];
-              test::put(type, cell, 0, apply(op, x, y));  // exact op in double, one rounding into the type
-              double want = test::get(type, cell, 0);
-              double got = test::get(type, dst.data() + offset * elem, i);
-              if (got != want) {
-                FAIL(reduce::to_string(isa)
-                     << " " << to_string(type) << " " << to_string(op) << " count " << count << " i " << i << ": " << x
-                     << " op " << y << " = " << got << ", want " << want);
+    for (reduce::Stores stores : {reduce::Stores::kCached, reduce::Stores::kStreaming})
+      for (DataType type : test::all_types()) {
+        for (ReduceOp op : test::all_ops()) {
+          for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1023}, size_t{1025}, size_t{5000}}) {
+            for (size_t offset : {size_t{0}, size_t{1}}) {  // offset 1 element: unaligned vector loads
+              size_t elem = dtype_size(type);
+              std::vector<uint8_t> a((count + offset) * elem), b(a.size()), dst(a.size());
+              for (size_t i = 0; i < count; ++i) {
+                test::put(type, a.data() + offset * elem, i, random_value(rng, type, op));
+                test::put(type, b.data() + offset * elem, i, random_value(rng, type, op));
+              }
+              reduce::reduce_with(isa, dst.data() + offset * elem, a.data() + offset * elem, b.data() + offset * elem,
+                                  count, type, op, stores);
+              for (size_t i = 0; i < count; ++i) {
+                double x = test::get(type, a.data() + offset * elem, i),
+                       y = test::get(type, b.data() + offset * elem, i);
+                uint8_t cell[8];
+                test::put(type, cell, 0, apply(op, x, y));  // exact op in double, one rounding into the type
+                double want = test::get(type, cell, 0);
+                double got = test::get(type, dst.data() + offset * elem, i);
+                if (got != want) {
+                  FAIL(reduce::to_string(isa) << (stores == reduce::Stores::kStreaming ? " streaming " : " ")
+                                              << to_string(type) << " " << to_string(op) << " count " << count << " i "
+                                              << i << ": " << x << " op " << y << " = " << got << ", want " << want);
+                }
               }
             }
           }
         }
       }
-    }
   }
 }
 
@@ -118,12 +121,17 @@ TEST_CASE("kernels work in place on either operand", "[reduce]") {
     a[i] = static_cast<float>(i);
     b[i] = 2.0f * static_cast<float>(i);
   }
-  std::vector<float> a_copy = a;
-  reduce::reduce(a.data(), a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum);
-  reduce::reduce(b.data(), a_copy.data(), b.data(), b.size(), DataType::kFloat32, ReduceOp::kMax);
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(a[i] == 3.0f * static_cast<float>(i));
-    REQUIRE(b[i] == 2.0f * static_cast<float>(i));
+  const std::vector<float> a0 = a, b0 = b;
+  for (reduce::Stores stores : {reduce::Stores::kCached, reduce::Stores::kStreaming}) {
+    a = a0;
+    b = b0;
+    const Isa isa = reduce::active_isa();
+    reduce::reduce_with(isa, a.data(), a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum, stores);
+    reduce::reduce_with(isa, b.data(), a0.data(), b.data(), b.size(), DataType::kFloat32, ReduceOp::kMax, stores);
+    for (size_t i = 0; i < a.size(); ++i) {
+      REQUIRE(a[i] == 3.0f * static_cast<float>(i));
+      REQUIRE(b[i] == 2.0f * static_cast<float>(i));
+    }
   }
 }
 
@@ -174,8 +182,8 @@ TEST_CASE("fp16 and bf16 conversions round to nearest even, as the test encoder 
 
 TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without a copy", "[reduce]") {
   // Blocked over several sources, the result must have the bits of reducing whole buffers in source order; the second
-  // destination changes only where the result is stored. Counts cross the 4 KB blocks; an in-place copy (onto the
-  // last source) must read each block before writing it.
+  // destination and streaming stores change only where and how the result is stored. Counts cross the 4 KB blocks;
+  // an in-place copy (onto the last source) must read each block before writing it.
   std::mt19937 rng(7);
   for (DataType type :
        {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt8, DataType::kFloat64}) {
@@ -191,17 +199,19 @@ TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without 
         std::vector<uint8_t> want(count * elem);
         reduce::reduce(want.data(), pointers[0], pointers[1], count, type, ReduceOp::kSum);
         for (int k = 2; k < n; ++k) reduce::reduce(want.data(), want.data(), pointers[k], count, type, ReduceOp::kSum);
-        for (int copy_to : {-1, 0, n - 1}) {  // none, a buffer of its own, the last source (in place)
-          INFO(to_string(type) << " n " << n << " count " << count << " copy " << copy_to);
-          std::vector<uint8_t> got(want.size(), 0xab), own(want.size(), 0xcd);
-          const std::vector<uint8_t> last = sources.back();
-          void* copy = copy_to < 0 ? nullptr : copy_to == 0 ? own.data() : sources.back().data();
-          reduce::reduce_sources(got.data(), pointers.data(), n, count, type, ReduceOp::kSum, copy);
-          CHECK(got == want);
-          if (copy != nullptr) CHECK(std::memcmp(copy, want.data(), want.size()) == 0);
-          sources.back() = last;
-          pointers.back() = sources.back().data();
-        }
+        for (int copy_to : {-1, 0, n - 1})  // none, a buffer of its own, the last source (in place)
+          for (reduce::Stores stores : {reduce::Stores::kCached, reduce::Stores::kStreaming}) {
+            INFO(to_string(type) << " n " << n << " count " << count << " copy " << copy_to << " streaming "
+                                 << (stores == reduce::Stores::kStreaming));
+            std::vector<uint8_t> got(want.size(), 0xab), own(want.size(), 0xcd);
+            const std::vector<uint8_t> last = sources.back();
+            void* copy = copy_to < 0 ? nullptr : copy_to == 0 ? own.data() : sources.back().data();
+            reduce::reduce_sources(got.data(), pointers.data(), n, count, type, ReduceOp::kSum, copy, stores);
+            CHECK(got == want);
+            if (copy != nullptr) CHECK(std::memcmp(copy, want.data(), want.size()) == 0);
+            sources.back() = last;
+            pointers.back() = sources.back().data();
+          }
       }
     }
   }

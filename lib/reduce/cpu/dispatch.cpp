@@ -1,7 +1,11 @@
 // Picks the kernel table for this CPU once, and checks arguments before any kernel runs.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "base/settings.hpp"
@@ -77,42 +81,108 @@ const char* to_string(Isa isa) {
   }
 }
 
-void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
+namespace {
+
+// The largest cache any core's data reaches (the highest level sysfs lists for cpu0), in bytes; 0 if unknown.
+size_t last_level_cache_bytes() {
+  size_t best = 0;
+  int best_level = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(level_file >> level) || !(size_file >> size)) continue;
+    char* end = nullptr;
+    size_t bytes = std::strtoull(size.c_str(), &end, 10);
+    if (*end == 'K') bytes <<= 10;
+    if (*end == 'M') bytes <<= 20;
+    if (level > best_level) best_level = level, best = bytes;
+  }
+  return best;
+}
+
+bool streams(Stores stores, size_t bytes) {
+  if (stores != Stores::kAuto) return stores == Stores::kStreaming;
+  const size_t from = stream_bytes();
+  return from != 0 && bytes >= from;
+}
+
+// The blocked pass behind reduce_sources and the streaming reduce: a 4 KB block of each source and of the result
+// stay in L1 (48 KB or more on current x86 cores) across the sources, so each line of dst (and of copy) is written
+// once. Into dst directly where that is all; else into a scratch block and from there, still in L1, to dst and copy
+// (the copy may be one of the sources, read before the block is written), with non-temporal stores when `stream`.
+void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void* const* sources, int n, size_t count,
+                    size_t elem, void* copy, bool stream) {
+  constexpr size_t kBlockBytes = 4096;
+  // The block starts at the first source's offset within a page. A load whose address matches an earlier store's
+  // in the low 12 bits waits for that store (the core compares no more of the address first), so a block a little
+  // ahead of the source in that sense would stall every load the kernel makes ahead of its stores: at the same
+  // offset the two meet only a whole block apart.
+  alignas(4096) uint8_t area[2 * kBlockBytes];
+  uint8_t* scratch = area + (reinterpret_cast<uintptr_t>(sources[0]) % kBlockBytes) / 64 * 64;
+  const size_t block = kBlockBytes / elem;
+  auto* out = static_cast<uint8_t*>(dst);
+  auto* second = static_cast<uint8_t*>(copy);
+  auto source = [&](int k, size_t at) { return static_cast<const uint8_t*>(sources[k]) + at * elem; };
+  const bool staged = stream || second != nullptr;
+  for (size_t at = 0; at < count; at += block) {
+    const size_t len = std::min(block, count - at);
+    uint8_t* to = staged ? scratch : out + at * elem;
+    fn(to, source(0, at), source(1, at), len);
+    for (int k = 2; k < n; ++k) fn(to, to, source(k, at), len);
+    if (!staged) continue;
+    for (uint8_t* target : {out, second}) {
+      if (target == nullptr) continue;
+      if (stream) {
+        table.stream(target + at * elem, to, len * elem);
+      } else {
+        std::memcpy(target + at * elem, to, len * elem);
+      }
+    }
+  }
+  if (stream) _mm_sfence();  // non-temporal stores are weakly ordered: in memory before the caller's next store
+}
+
+}  // namespace
+
+size_t stream_bytes() {
+  static const size_t bytes = [] {
+    const base::Settings& settings = base::process_settings();
+    if (settings.stream_bytes_set) return static_cast<size_t>(settings.stream_bytes);
+    const size_t cache = last_level_cache_bytes();
+    return (cache != 0 ? cache : size_t{32} << 20) / 4;
+  }();
+  return bytes;
+}
+
+void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                 Stores stores) {
   check_op(type, op);
   if (count == 0) return;
-  table_for(isa).reduce[static_cast<size_t>(type)][static_cast<size_t>(op)](dst, a, b, count);
+  const KernelTable& table = table_for(isa);
+  const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
+  const size_t elem = dtype_size(type);
+  if (!streams(stores, count * elem)) return fn(dst, a, b, count);
+  const void* sources[2] = {a, b};
+  reduce_blocked(table, fn, dst, sources, 2, count, elem, nullptr, true);
 }
 
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
   reduce_with(active_isa(), dst, a, b, count, type, op);
 }
 
-void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
-                    void* copy) {
+void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op, void* copy,
+                    Stores stores) {
   check_op(type, op);
   if (n < 2) throw InvalidUsageError("reduce_sources: " + std::to_string(n) + " sources, needs two or more");
   if (count == 0) return;
-  const ReduceFn fn = table_for(active_isa()).reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
-  if (n == 2 && copy == nullptr) return fn(dst, sources[0], sources[1], count);
-  // A block of each source and of the result stay in L1 (48 KB or more on current x86 cores) across the sources.
-  constexpr size_t kBlockBytes = 4096;
-  alignas(64) uint8_t scratch[kBlockBytes];
-  const size_t elem = dtype_size(type), block = kBlockBytes / elem;
-  auto* out = static_cast<uint8_t*>(dst);
-  auto* second = static_cast<uint8_t*>(copy);
-  auto source = [&](int k, size_t at) { return static_cast<const uint8_t*>(sources[k]) + at * elem; };
-  for (size_t at = 0; at < count; at += block) {
-    const size_t len = std::min(block, count - at);
-    // Into dst itself where that is all; with a copy, into the scratch block and from there (L1) to both: the copy
-    // may be one of the sources (an in-place call's own input), read before the block is written.
-    uint8_t* to = second != nullptr ? scratch : out + at * elem;
-    fn(to, source(0, at), source(1, at), len);
-    for (int k = 2; k < n; ++k) fn(to, to, source(k, at), len);
-    if (second != nullptr) {
-      std::memcpy(out + at * elem, to, len * elem);
-      std::memcpy(second + at * elem, to, len * elem);
-    }
-  }
+  const KernelTable& table = table_for(active_isa());
+  const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
+  const size_t elem = dtype_size(type);
+  const bool stream = streams(stores, count * elem);
+  if (n == 2 && copy == nullptr && !stream) return fn(dst, sources[0], sources[1], count);
+  reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);
 }
 
 void divide(void* buffer, size_t count, DataType type, int divisor) {

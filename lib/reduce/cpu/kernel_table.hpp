@@ -8,10 +8,14 @@ namespace hiercoll::reduce {
 
 using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
 using DivideFn = void (*)(void* buffer, size_t count, int divisor);
+/// Copies `bytes` with non-temporal stores (the lines dst starts and ends inside, with ordinary ones). Not ordered
+/// before later stores: the caller fences (_mm_sfence) before anyone may read dst.
+using StreamFn = void (*)(void* dst, const void* src, size_t bytes);
 
 struct KernelTable {
   ReduceFn reduce[kNumDataTypes][kNumReduceOps];
   DivideFn divide[kNumDataTypes];
+  StreamFn stream;
 };
 
 namespace scalar {

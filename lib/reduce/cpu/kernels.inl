@@ -6,6 +6,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "reduce/cpu/half.hpp"
@@ -238,6 +240,30 @@ void use_16bit_lanes(KernelTable& table, DataType type) {
 }
 #endif
 
+// dst's whole 64-byte lines are written with non-temporal stores from the widest registers of this instruction set
+// (SSE2, part of x86-64, in the scalar build); src may have any alignment.
+void stream_copy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<uint8_t*>(dst);
+  auto* s = static_cast<const uint8_t*>(src);
+  const size_t lead = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, lead);
+  size_t i = lead;
+  for (; i + 64 <= bytes; i += 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+#elif defined(__AVX2__)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32)));
+#else
+    for (size_t k = 0; k < 64; k += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + k)));
+    }
+#endif
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+}
+
 }  // namespace
 
 KernelTable make_kernel_table() {
@@ -250,6 +276,7 @@ KernelTable make_kernel_table() {
   fill_row<int64_t>(table, DataType::kInt64);
   fill_16bit_row<widen_half, narrow_half>(table, DataType::kFloat16);
   fill_16bit_row<widen_bf16, narrow_bf16>(table, DataType::kBFloat16);
+  table.stream = stream_copy;
 #if defined(__AVX2__) && defined(__F16C__)
   use_16bit_lanes<HalfLanes, detail::half_to_float, detail::float_to_half>(table, DataType::kFloat16);
   auto& bf16 = table.reduce[static_cast<size_t>(DataType::kBFloat16)];
