@@ -62,12 +62,16 @@ inline uint64_t node_signature(uint64_t kind, size_t count, DataType type, Reduc
 
 /// Signals this rank's `kind` flag of `slot` at `generation` (with `signature`, 0: none), then holds back later
 /// work on the queue until every local rank's has reached it. `flags` is scratch, one entry per local rank.
-inline void node_sync(NodeMemory& m, transport::FlagKind kind, int slot, uint64_t generation, uint64_t signature,
-                      const device::WaitContext& wait, std::vector<uint64_t*>& flags) {
+/// `meanwhile` runs between the signal and the wait: work of this rank's own that its peers do not wait for.
+template <class Meanwhile = void (*)()>
+inline void node_sync(
+    NodeMemory& m, transport::FlagKind kind, int slot, uint64_t generation, uint64_t signature,
+    const device::WaitContext& wait, std::vector<uint64_t*>& flags, Meanwhile meanwhile = [] {}) {
   const int L = m.peers->local_size();
   flags.resize(static_cast<size_t>(L));
   for (int k = 0; k < L; ++k) flags[k] = m.peers->flag(kind, slot, k);
   m.queue->signal(m.peers->flag(kind, slot, m.peers->local_rank()), generation, signature);
+  meanwhile();
   m.queue->wait(flags.data(), L, generation, signature, wait);
 }
 
@@ -104,10 +108,20 @@ void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const dev
 /// The gather half of a node allgather round. This rank has put its part of round `r` in its area; signals `kind`
 /// (with `signature`, 0: none), waits for every local rank's, then copies rank k's part (parts.count[k] elements at
 /// parts.offset[k] of its area) to `to + k * stride + parts.offset[k]` (elements), for every other local rank k
-/// (this rank's part is where its caller put it already).
-void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,
-                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride,
-                       DataType type);
+/// (this rank's part is its caller's to place: `meanwhile` may do it, between this rank's signal and its wait).
+template <class Meanwhile = void (*)()>
+void node_gather_round(
+    NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature, const device::WaitContext& wait,
+    const Segments& parts, uint8_t* to, size_t stride, DataType type, Meanwhile meanwhile = [] {}) {
+  transport::PeerMemory& peers = *m.peers;
+  const size_t elem = dtype_size(type);
+  node_sync(m, kind, r.slot, r.generation, signature, wait, m.flags, meanwhile);
+  for (int k = 0; k < peers.local_size(); ++k) {
+    if (k == peers.local_rank()) continue;
+    const size_t at = parts.offset[k] * elem;
+    m.queue->copy(to + static_cast<size_t>(k) * stride * elem + at, peers.area(r.slot, k) + at, parts.count[k] * elem);
+  }
+}
 
 /// What a schedule that issues queue work needs of its operation. Device work is issued on the caller's thread,
 /// before the operation has a Channel (see network_stage.hpp), so the schedules take this instead.

@@ -31,20 +31,10 @@ void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const dev
   }
 }
 
-void node_gather_round(NodeMemory& m, NodeRound r, transport::FlagKind kind, uint64_t signature,
-                       const device::WaitContext& wait, const Segments& parts, uint8_t* to, size_t stride,
-                       DataType type) {
-  transport::PeerMemory& peers = *m.peers;
-  const size_t elem = dtype_size(type);
-  node_sync(m, kind, r.slot, r.generation, signature, wait, m.flags);
-  for (int k = 0; k < peers.local_size(); ++k) {
-    if (k == peers.local_rank()) continue;
-    const size_t at = parts.offset[k] * elem;
-    m.queue->copy(to + static_cast<size_t>(k) * stride * elem + at, peers.area(r.slot, k) + at, parts.count[k] * elem);
-  }
-}
-
 namespace {
+
+// The largest own block the node allgather copies before waiting for the others' (measured: docs/benchmarks.md).
+constexpr size_t kOwnBlockFirstBytes = 32 << 10;
 
 // node_signature kinds (the hierarchical allreduce is 0). The direct ones differ from the staged: ranks whose
 // HIERCOLL_CMA_BYTES differ fail at the first wait instead of reading addresses as data.
@@ -198,9 +188,16 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
     const size_t offset = t * q, n = std::min(q, send_count - offset);
     queue.copy(peers.area(r.slot, me), input + offset * elem, n * elem);
     parts.count.assign(static_cast<size_t>(L), n);
-    node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset * elem, send_count, type);
-    // Our own block straight from the input (nothing to copy when in place).
-    queue.copy(output + (static_cast<size_t>(me) * send_count + offset) * elem, input + offset * elem, n * elem);
+    // Our own block straight from the input (nothing to copy when in place). A small one is copied while the others
+    // stage theirs, which hides the wait for their flags; a large one after the others' blocks, which are then read
+    // while they are still in their stagers' caches (docs/benchmarks.md, "The one-node allgather's own block").
+    uint8_t* own = output + (static_cast<size_t>(me) * send_count + offset) * elem;
+    const bool own_first = n * elem <= kOwnBlockFirstBytes;
+    node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset * elem, send_count, type,
+                      [&] {
+                        if (own_first) queue.copy(own, input + offset * elem, n * elem);
+                      });
+    if (!own_first) queue.copy(own, input + offset * elem, n * elem);
   }
   m.pieces_done += rounds;
 }
