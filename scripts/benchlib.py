@@ -214,8 +214,10 @@ def kernels_table(repetitions=5):
              "ordinary stores beside them.\n",
              "| kernel | GB/s of memory traffic | fraction of memcpy |", "|---|---|---|"]
     lines.append(f"| memcpy (read + write) | {copy / 1e9:.2f} | 1.00 |")
+
     def order(name):  # BM_Reduce/type/isa/stores, in the binary's order
         return [int(x) for x in name.split("/")[1:]]
+
     for name, (rate, label) in sorted(rates.items(), key=lambda item: order(item[0])):
         if name.startswith("BM_Reduce") and rate > 0:
             lines.append(f"| {label} (read 2 + write 1) | {rate / 1e9:.2f} | {rate / copy:.2f} |")

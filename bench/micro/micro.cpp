@@ -68,11 +68,8 @@ void BM_Reduce(benchmark::State& state) {
     benchmark::DoNotOptimize(dst.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * kBufferBytes);
-  const bool streamed =
-      stores == reduce::Stores::kStreaming ||
-      (stores == reduce::Stores::kAuto && reduce::stream_bytes() != 0 && kBufferBytes >= reduce::stream_bytes());
   state.SetLabel(std::string(to_string(type)) + " sum " + reduce::to_string(isa) +
-                 (streamed ? ", streaming stores" : ", ordinary stores") +
+                 (reduce::streamed(stores, kBufferBytes) ? ", streaming stores" : ", ordinary stores") +
                  (stores == reduce::Stores::kAuto ? "" : " (forced)"));
 }
 // Stores: kAuto, the path every caller takes (a 32 MB result streams past the caches where the last-level cache is

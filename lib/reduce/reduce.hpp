@@ -39,6 +39,8 @@ void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count,
 /// The size of result from which kAuto streams: HIERCOLL_STREAM_BYTES, else a quarter of the last-level cache
 /// (results that large and their sources cannot all stay there). 0: never.
 size_t stream_bytes();
+/// Whether a result of `bytes` written as `stores` says goes past the caches.
+bool streamed(Stores stores, size_t bytes);
 
 /// fp16 / bf16 conversions shared by kernels and tests (round to nearest even; NaN stays NaN).
 float half_to_float(uint16_t h);

@@ -102,12 +102,6 @@ size_t last_level_cache_bytes() {
   return best;
 }
 
-bool streams(Stores stores, size_t bytes) {
-  if (stores != Stores::kAuto) return stores == Stores::kStreaming;
-  const size_t from = stream_bytes();
-  return from != 0 && bytes >= from;
-}
-
 // The blocked pass behind reduce_sources and the streaming reduce: a 4 KB block of each source and of the result
 // stay in L1 (48 KB or more on current x86 cores) across the sources, so each line of dst (and of copy) is written
 // once. Into dst directly where that is all; else into a scratch block and from there, still in L1, to dst and copy
@@ -156,16 +150,35 @@ size_t stream_bytes() {
   return bytes;
 }
 
-void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
-                 Stores stores) {
+bool streamed(Stores stores, size_t bytes) {
+  if (stores != Stores::kAuto) return stores == Stores::kStreaming;
+  const size_t from = stream_bytes();
+  return from != 0 && bytes >= from;
+}
+
+namespace {
+
+// Every reduction's one path, with the kernels of `isa`: two sources and one destination in ordinary stores go
+// straight to the kernel, everything else through the blocked pass.
+void reduce_on(Isa isa, void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
+               void* copy, Stores stores) {
   check_op(type, op);
+  if (n < 2) throw InvalidUsageError("reduce_sources: " + std::to_string(n) + " sources, needs two or more");
   if (count == 0) return;
   const KernelTable& table = table_for(isa);
   const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
   const size_t elem = dtype_size(type);
-  if (!streams(stores, count * elem)) return fn(dst, a, b, count);
+  const bool stream = streamed(stores, count * elem);
+  if (n == 2 && copy == nullptr && !stream) return fn(dst, sources[0], sources[1], count);
+  reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);
+}
+
+}  // namespace
+
+void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                 Stores stores) {
   const void* sources[2] = {a, b};
-  reduce_blocked(table, fn, dst, sources, 2, count, elem, nullptr, true);
+  reduce_on(isa, dst, sources, 2, count, type, op, nullptr, stores);
 }
 
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
@@ -174,15 +187,7 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
 
 void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op, void* copy,
                     Stores stores) {
-  check_op(type, op);
-  if (n < 2) throw InvalidUsageError("reduce_sources: " + std::to_string(n) + " sources, needs two or more");
-  if (count == 0) return;
-  const KernelTable& table = table_for(active_isa());
-  const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
-  const size_t elem = dtype_size(type);
-  const bool stream = streams(stores, count * elem);
-  if (n == 2 && copy == nullptr && !stream) return fn(dst, sources[0], sources[1], count);
-  reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);
+  reduce_on(active_isa(), dst, sources, n, count, type, op, copy, stores);
 }
 
 void divide(void* buffer, size_t count, DataType type, int divisor) {
