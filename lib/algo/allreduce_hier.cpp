@@ -159,9 +159,13 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   // reduces its shard in one pass into both its area, published as it is, and its output, so the gather copies only
   // the others' shards. Per rank, 2 ranks: 4 bytes of memory traffic per byte of the piece, where staging everything
   // and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the rank's own
-  // shard from it, 4.5). Across nodes the shard is reduced into `out` for the network phase; on device memory every
-  // copy is a kernel launch, and one copy of the piece costs less than two.
+  // shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as large as the
+  // cache is reduced into the area alone and the rank's own shard copied from there after the others' (`both`
+  // false), which measured faster there whether or not the ranks' cores share that cache (docs/benchmarks.md,
+  // "Measured design decisions"). Across nodes the shard is reduced into `out` for the network phase; on device
+  // memory every copy is a kernel launch, and one copy of the piece costs less than two.
   const bool direct = !network && queue.kind() == device::MemoryKind::kHost;
+  const bool both = direct && count * elem < h.cached_output_bytes;
   const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
   const device::WaitContext published_wait = issue.wait("intra-node allgather");
 
@@ -194,10 +198,10 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     uint8_t* result = output + p.offset * elem + at;
     p.mine = direct ? area + at : result;
     node_reduce_round(m, p.round, signature, staged_wait, p.shards.offset[l], p.mine_count,
-                      direct ? piece_in + at : nullptr, p.mine, type, partial, direct ? result : nullptr);
+                      direct ? piece_in + at : nullptr, p.mine, type, partial, both ? result : nullptr);
     if (!network && op == ReduceOp::kAvg) {
       queue.divide(p.mine, p.mine_count, type, world);
-      if (direct) queue.divide(result, p.mine_count, type, world);
+      if (both) queue.divide(result, p.mine_count, type, world);
     }
     if (network && staged) queue.copy(m.network_staging[p.round.slot], p.mine, p.mine_count * elem);
     return p;
@@ -226,6 +230,9 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
     if (!direct) queue.copy(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
     node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, type);
+    // The rank's own shard last, as the node allgather does with a large block: the others' are read first, while
+    // they may still be in their reducers' caches.
+    if (direct && !both) queue.copy(output + p.offset * elem + at, p.mine, p.mine_count * elem);
   };
 
   // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather

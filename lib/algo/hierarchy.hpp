@@ -146,7 +146,11 @@ struct Hierarchy {
   int node = 0;           ///< index of this rank in `rail`
   int local_rank = 0, local_size = 1;
   size_t small_message_bytes = 64 << 10;  ///< the inter-node phase uses recursive doubling up to this size
-  BackgroundWorker* network = nullptr;    ///< runs the inter-node phase beside the intra-node phases
+  /// One node, host memory: below this many bytes the allreduce writes a rank's shard to its output as it reduces
+  /// it; from it up, into the rank's area alone, copied out afterwards (allreduce_hier). The engine sets it to the
+  /// last-level cache's size.
+  size_t cached_output_bytes = SIZE_MAX;
+  BackgroundWorker* network = nullptr;  ///< runs the inter-node phase beside the intra-node phases
 };
 
 /// Whether the hierarchical allreduce of `bytes` is one piece (or the rank is alone on its node): its network phase

@@ -86,11 +86,12 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     timeout_ms_ = settings_.timeout_ms;
   }
   if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
-  // The kernels' instruction set and streaming threshold are settled once per process, here rather than inside the
-  // first collective that reduces: the threshold comes from sysfs, and reading it there made that rank late for its
-  // peers, a stall the first timed call of a benchmark showed. A malformed HIERCOLL_CPU_ISA or HIERCOLL_STREAM_BYTES
-  // then fails the create, not a call.
+  // The kernels' instruction set, the streaming threshold and the cache size are settled once per process, here
+  // rather than inside the first collective that reduces: the last two come from sysfs, and reading it there made
+  // that rank late for its peers, a stall the first timed call of a benchmark showed. A malformed HIERCOLL_CPU_ISA or
+  // HIERCOLL_STREAM_BYTES then fails the create, not a call.
   reduce::active_isa();
+  reduce::last_level_cache_bytes();
   reduce::stream_bytes();
   // Rank 0 holds a connection per rank for the peer watch, and for the store where it serves one; every rank may
   // hold one per peer on a connection-oriented provider. Raised everywhere; too few is an error where it is sure
@@ -442,6 +443,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
   }
   hierarchy_.local_rank = layout_.local_rank;
   hierarchy_.local_size = layout_.local_size;
+  hierarchy_.cached_output_bytes = reduce::last_level_cache_bytes();
   hierarchy_.node = layout_.node;
   bool ready = layout_.regular() && layout_.local_size > 1;
   if (layout_.regular()) {

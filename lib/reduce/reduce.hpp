@@ -36,6 +36,9 @@ bool isa_supported(Isa isa);
 /// reduce() with one instruction set's kernels, for tests and benchmarks. Requires isa_supported(isa).
 void reduce_with(Isa isa, void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
                  Stores stores = Stores::kAuto);
+/// The largest cache cpu0's data reaches (the highest level sysfs lists), or 32 MB where sysfs lists none. Read
+/// once.
+size_t last_level_cache_bytes();
 /// The size of result from which kAuto streams: HIERCOLL_STREAM_BYTES, else a quarter of the last-level cache
 /// (results that large and their sources cannot all stay there). 0: never.
 size_t stream_bytes();

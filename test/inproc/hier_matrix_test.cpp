@@ -146,7 +146,7 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
       // one of 5 (always in the flag's line), every rank root in turn; the root's own in place.
       const size_t L = static_cast<size_t>(local);
       std::vector<std::vector<std::vector<float>>> whole(L, std::vector<std::vector<float>>(L)), few = whole;
-      std::vector<std::vector<float>> summed(L);
+      std::vector<std::vector<float>> summed(L), averaged(L);
       auto results = run_ranks(local, faults_for(0), std::chrono::seconds(30), [&](Channel& ch) {
         const size_t r = static_cast<size_t>(ch.rank());
         std::vector<float> in(total);
@@ -161,6 +161,12 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
         // while others may still be reading the allreduce's last pieces.
         summed[r].assign(total, -99.f);
         nodes.allreduce(ch, in.data(), summed[r].data(), total, DataType::kFloat32, ReduceOp::kSum);
+        // An average the way a message as large as the last-level cache goes: reduced into the areas alone, each
+        // rank's own shard copied out after the others' (and divided once, there).
+        nodes.hierarchy[r].cached_output_bytes = 0;
+        averaged[r].assign(total, -99.f);
+        nodes.allreduce(ch, in.data(), averaged[r].data(), total, DataType::kFloat32, ReduceOp::kAvg);
+        nodes.hierarchy[r].cached_output_bytes = SIZE_MAX;
         for (int root = 0; root < local; ++root) {
           std::vector<float>& all = whole[r][static_cast<size_t>(root)];
           all.assign(total, -99.f);
@@ -181,6 +187,9 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
         }
         for (size_t i = 0; i < total; ++i) REQUIRE(gathered[rr][i] == input(static_cast<int>(i / block), i));
         for (size_t i = 0; i < total; ++i) REQUIRE(summed[rr][i] == reduced_input(local, i, ReduceOp::kSum));
+        for (size_t i = 0; i < total; ++i) {
+          REQUIRE(averaged[rr][i] == reduced_input(local, i, ReduceOp::kSum) / static_cast<float>(local));
+        }
         for (int root = 0; root < local; ++root) {
           const size_t at = total > 5 ? 1 : 0;
           for (size_t i = 0; i < total; ++i) REQUIRE(whole[rr][static_cast<size_t>(root)][i] == input(root, i));

@@ -84,7 +84,7 @@ const char* to_string(Isa isa) {
 namespace {
 
 // The largest cache any core's data reaches (the highest level sysfs lists for cpu0), in bytes; 0 if unknown.
-size_t last_level_cache_bytes() {
+size_t read_last_level_cache_bytes() {
   size_t best = 0;
   int best_level = 0;
   for (int index = 0; index < 8; ++index) {
@@ -140,12 +140,19 @@ void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void
 
 }  // namespace
 
+size_t last_level_cache_bytes() {
+  static const size_t bytes = [] {
+    const size_t read = read_last_level_cache_bytes();
+    return read != 0 ? read : size_t{32} << 20;
+  }();
+  return bytes;
+}
+
 size_t stream_bytes() {
   static const size_t bytes = [] {
     const base::Settings& settings = base::process_settings();
     if (settings.stream_bytes_set) return static_cast<size_t>(settings.stream_bytes);
-    const size_t cache = last_level_cache_bytes();
-    return (cache != 0 ? cache : size_t{32} << 20) / 4;
+    return last_level_cache_bytes() / 4;
   }();
   return bytes;
 }
