@@ -123,18 +123,14 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
   flag_spin.record(std::chrono::steady_clock::now() - started);
 }
 
-// host_wait's flags (HostFlag) need not have a sleeper word: spins, then sleeps in short steps.
+// host_wait's flags (HostFlag) have no sleeper word, and host_signal() wakes no one: nothing to block on, so the
+// wait polls, yielding the core at every poll, and never sleeps a fixed step (which would add that step to every
+// hand-over that just misses a poll).
 template <class Reached>
 void poll(const WaitContext& context, Reached reached) {
-  auto spin_until = std::chrono::steady_clock::now() + kSpin;
   while (!reached()) {
-    auto now = std::chrono::steady_clock::now();
-    check_limits(context, now, -1);
-    if (now < spin_until) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    check_limits(context, std::chrono::steady_clock::now(), -1);
+    std::this_thread::yield();
   }
 }
 }  // namespace

@@ -176,8 +176,9 @@ void CudaQueue::wait(uint64_t* const* flags, int flag_count, uint64_t generation
 void CudaQueue::follow(cudaEvent_t event) { check(cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent"); }
 
 void CudaQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) {
-  // Host memory only (see the header): a volatile read of the mapped word, the status words, the clock.
-  auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  // Host memory only (see the header): a volatile read of the mapped word, the status words, the clock. The device's
+  // store wakes no one, so the wait polls, yielding the core at every poll: a fixed nap would add up to its length
+  // to every piece the device hands over.
   while (flag_word(flag.host_side, 0).load(std::memory_order_acquire) < value) {
     check_status();  // a device-side wait gave up: the flag may never come
     auto now = std::chrono::steady_clock::now();
@@ -190,8 +191,7 @@ void CudaQueue::host_wait(const HostFlag& flag, uint64_t value, const WaitContex
       abort();
       throw TimeoutError(context.name() + ": the device did not reach this step by the deadline");
     }
-    if (now < spin_until) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::this_thread::yield();
   }
   check_status();
 }
