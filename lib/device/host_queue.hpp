@@ -1,9 +1,9 @@
 #pragma once
 // HostQueue: the Queue of host memory. Each call runs at once on the calling thread. Flag waits spin briefly,
 // then sleep in the kernel (futex) until the signal that reaches them wakes them, so a rank waiting for a late
-// peer costs no CPU; host_wait, whose flags nothing signals to wake, polls and yields. Where the node's ranks outnumber
-// its cores, the spin yields the core at every poll (set_yield): the peer being waited for may be the one that needs
-// it.
+// peer costs no CPU. Where the node's ranks outnumber its cores, the spin yields the core at every poll
+// (set_yield): the peer being waited for may be the one that needs it. host_wait's flags wake no one when they
+// change, so it polls, yielding the core at every poll.
 #include "device/queue.hpp"
 
 namespace hiercoll::device {
