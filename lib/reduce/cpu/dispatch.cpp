@@ -102,36 +102,37 @@ size_t read_last_level_cache_bytes() {
   return best;
 }
 
-// The blocked pass behind reduce_sources and the streaming reduce: a block of the result stays in this core's cache
-// while every source's block is reduced into it, so each line of dst (and of copy) is written once however many
-// sources there are. Into dst directly unless streaming, in 16 KB blocks (the result and the sources' blocks stay in
-// L2; 4 KB blocks, which stay in L1, measured slower: docs/benchmarks.md, "Measured design decisions"), and from
-// there to copy (which may be one of the sources: every source's block has been read by then). When streaming, into
-// a 4 KB scratch block in L1 and from there to dst and copy with non-temporal stores.
+// The blocked pass behind reduce_sources and the streaming reduce: a 4 KB block of each source and of the result
+// stay in L1 (48 KB or more on current x86 cores) across the sources, so each line of dst (and of copy) is written
+// once. Into dst directly where that is all; else into a scratch block and from there, still in L1, to dst and copy
+// (the copy may be one of the sources, read before the block is written), with non-temporal stores when `stream`.
 void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void* const* sources, int n, size_t count,
                     size_t elem, void* copy, bool stream) {
-  constexpr size_t kBlockBytes = 16 << 10, kScratchBytes = 4 << 10;
-  // The scratch block starts at the first source's offset within a page. A load whose address matches an earlier
-  // store's in the low 12 bits waits for that store (the core compares no more of the address first), so a block a
-  // little ahead of the source in that sense would stall every load the kernel makes ahead of its stores: at the
-  // same offset the two meet only a whole block apart.
-  alignas(4096) uint8_t area[2 * kScratchBytes];
-  uint8_t* scratch = area + (reinterpret_cast<uintptr_t>(sources[0]) % kScratchBytes) / 64 * 64;
-  const size_t block = (stream ? kScratchBytes : kBlockBytes) / elem;
+  constexpr size_t kBlockBytes = 4096;
+  // The block starts at the first source's offset within a page. A load whose address matches an earlier store's
+  // in the low 12 bits waits for that store (the core compares no more of the address first), so a block a little
+  // ahead of the source in that sense would stall every load the kernel makes ahead of its stores: at the same
+  // offset the two meet only a whole block apart.
+  alignas(4096) uint8_t area[2 * kBlockBytes];
+  uint8_t* scratch = area + (reinterpret_cast<uintptr_t>(sources[0]) % kBlockBytes) / 64 * 64;
+  const size_t block = kBlockBytes / elem;
   auto* out = static_cast<uint8_t*>(dst);
   auto* second = static_cast<uint8_t*>(copy);
   auto source = [&](int k, size_t at) { return static_cast<const uint8_t*>(sources[k]) + at * elem; };
+  const bool staged = stream || second != nullptr;
   for (size_t at = 0; at < count; at += block) {
     const size_t len = std::min(block, count - at);
-    uint8_t* to = stream ? scratch : out + at * elem;
+    uint8_t* to = staged ? scratch : out + at * elem;
     fn(to, source(0, at), source(1, at), len);
     for (int k = 2; k < n; ++k) fn(to, to, source(k, at), len);
-    if (!stream) {
-      if (second != nullptr) std::memcpy(second + at * elem, to, len * elem);
-      continue;
-    }
+    if (!staged) continue;
     for (uint8_t* target : {out, second}) {
-      if (target != nullptr) table.stream(target + at * elem, to, len * elem);
+      if (target == nullptr) continue;
+      if (stream) {
+        table.stream(target + at * elem, to, len * elem);
+      } else {
+        std::memcpy(target + at * elem, to, len * elem);
+      }
     }
   }
   if (stream) _mm_sfence();  // non-temporal stores are weakly ordered: in memory before the caller's next store
