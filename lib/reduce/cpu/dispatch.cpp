@@ -165,8 +165,13 @@ bool streamed(Stores stores, size_t bytes) {
 
 namespace {
 
-// Every reduction's one path, with the kernels of `isa`: two sources and one destination in ordinary stores go
-// straight to the kernel, everything else through the blocked pass.
+// A result this small stays in L1 across chained whole-buffer passes, so blocking it saves no memory traffic, only
+// adds a kernel call per block and source (measured: docs/benchmarks.md, "Chained passes for small results").
+constexpr size_t kChainedBytes = 16 << 10;
+
+// Every reduction's one path, with the kernels of `isa`: one destination in ordinary stores, from two sources or
+// into a result of at most kChainedBytes, goes straight to the kernel, source after source; everything else
+// through the blocked pass.
 void reduce_on(Isa isa, void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
                void* copy, Stores stores) {
   check_op(type, op);
@@ -176,7 +181,11 @@ void reduce_on(Isa isa, void* dst, const void* const* sources, int n, size_t cou
   const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
   const size_t elem = dtype_size(type);
   const bool stream = streamed(stores, count * elem);
-  if (n == 2 && copy == nullptr && !stream) return fn(dst, sources[0], sources[1], count);
+  if (copy == nullptr && !stream && (n == 2 || count * elem <= kChainedBytes)) {
+    fn(dst, sources[0], sources[1], count);
+    for (int k = 2; k < n; ++k) fn(dst, dst, sources[k], count);
+    return;
+  }
   reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);
 }
 
