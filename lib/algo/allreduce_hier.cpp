@@ -162,10 +162,14 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   // shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as large as the
   // cache is reduced into the area alone and the rank's own shard copied from there after the others' (`both`
   // false), which measured faster there whether or not the ranks' cores share that cache (docs/benchmarks.md,
-  // "Measured design decisions"). Across nodes the shard is reduced into `out` for the network phase; on device
-  // memory every copy is a kernel launch, and one copy of the piece costs less than two.
+  // "Measured design decisions"). So is a small share (under h.output_share_bytes per rank): writing it to the output
+  // as well, before the signal the other ranks wait for, measured slower at 4 ranks than copying it from the area
+  // (still in cache at that size) after the gather (docs/benchmarks.md, "The output copy of a small shard"). Across
+  // nodes the shard is reduced into `out` for the network phase; on device memory every copy is a kernel launch, and
+  // one copy of the piece costs less than two.
   const bool direct = !network && queue.kind() == device::MemoryKind::kHost;
-  const bool both = direct && count * elem < h.cached_output_bytes;
+  const bool both =
+      direct && count * elem < h.cached_output_bytes && count * elem / static_cast<size_t>(L) >= h.output_share_bytes;
   const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
   const device::WaitContext published_wait = issue.wait("intra-node allgather");
 

@@ -146,10 +146,12 @@ struct Hierarchy {
   int node = 0;           ///< index of this rank in `rail`
   int local_rank = 0, local_size = 1;
   size_t small_message_bytes = 64 << 10;  ///< the inter-node phase uses recursive doubling up to this size
-  /// One node, host memory: below this many bytes the allreduce writes a rank's shard to its output as it reduces
-  /// it; from it up, into the rank's area alone, copied out afterwards (allreduce_hier). The engine sets it to the
+  /// One node, host memory: the allreduce writes a rank's shard to its output as it reduces it where the message is
+  /// below `cached_output_bytes` and each rank's share of it (bytes / local ranks) at least `output_share_bytes`;
+  /// otherwise into the rank's area alone, copied out afterwards (allreduce_hier). The engine sets the first to the
   /// last-level cache's size.
   size_t cached_output_bytes = SIZE_MAX;
+  size_t output_share_bytes = 16 << 10;
   BackgroundWorker* network = nullptr;  ///< runs the inter-node phase beside the intra-node phases
 };
 

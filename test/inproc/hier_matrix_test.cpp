@@ -159,10 +159,12 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
                              DataType::kFloat32);
         // A pipelined allreduce (many pieces at block 300) just before the broadcasts, whose root stages a round
         // while others may still be reading the allreduce's last pieces.
+        // Each rank's shard reduced into its area and its output in one pass, as a share of 16 KB or more goes.
+        nodes.hierarchy[r].output_share_bytes = 0;
         summed[r].assign(total, -99.f);
         nodes.allreduce(ch, in.data(), summed[r].data(), total, DataType::kFloat32, ReduceOp::kSum);
-        // An average the way a message as large as the last-level cache goes: reduced into the areas alone, each
-        // rank's own shard copied out after the others' (and divided once, there).
+        // An average the way a message as large as the last-level cache (or a small share) goes: reduced into the
+        // areas alone, each rank's own shard copied out after the others' (and divided once, there).
         nodes.hierarchy[r].cached_output_bytes = 0;
         averaged[r].assign(total, -99.f);
         nodes.allreduce(ch, in.data(), averaged[r].data(), total, DataType::kFloat32, ReduceOp::kAvg);
