@@ -158,8 +158,8 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
         algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data() + r * block, gathered[r].data(), block,
                              DataType::kFloat32);
         // A pipelined allreduce (many pieces at block 300) just before the broadcasts, whose root stages a round
-        // while others may still be reading the allreduce's last pieces.
-        // Each rank's shard reduced into its area and its output in one pass, as a share of 16 KB or more goes.
+        // while others may still be reading the allreduce's last pieces. Each rank's shard is reduced into its area
+        // and its output in one pass, as a share of 16 KB or more goes.
         nodes.hierarchy[r].output_share_bytes = 0;
         summed[r].assign(total, -99.f);
         nodes.allreduce(ch, in.data(), summed[r].data(), total, DataType::kFloat32, ReduceOp::kSum);

@@ -102,6 +102,14 @@ size_t read_last_level_cache_bytes() {
   return best;
 }
 
+// to[i] = sources[0][at + i] op ... op sources[n-1][at + i] for i < len: the sources one after the other, each pass
+// over the whole range (to may be sources[0] + at exactly).
+void reduce_chain(ReduceFn fn, void* to, const void* const* sources, int n, size_t at, size_t len, size_t elem) {
+  auto source = [&](int k) { return static_cast<const uint8_t*>(sources[k]) + at * elem; };
+  fn(to, source(0), source(1), len);
+  for (int k = 2; k < n; ++k) fn(to, to, source(k), len);
+}
+
 // The blocked pass behind reduce_sources and the streaming reduce: a 4 KB block of each source and of the result
 // stay in L1 (48 KB or more on current x86 cores) across the sources, so each line of dst (and of copy) is written
 // once. Into dst directly where that is all; else into a scratch block and from there, still in L1, to dst and copy
@@ -118,13 +126,11 @@ void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void
   const size_t block = kBlockBytes / elem;
   auto* out = static_cast<uint8_t*>(dst);
   auto* second = static_cast<uint8_t*>(copy);
-  auto source = [&](int k, size_t at) { return static_cast<const uint8_t*>(sources[k]) + at * elem; };
   const bool staged = stream || second != nullptr;
   for (size_t at = 0; at < count; at += block) {
     const size_t len = std::min(block, count - at);
     uint8_t* to = staged ? scratch : out + at * elem;
-    fn(to, source(0, at), source(1, at), len);
-    for (int k = 2; k < n; ++k) fn(to, to, source(k, at), len);
+    reduce_chain(fn, to, sources, n, at, len, elem);
     if (!staged) continue;
     for (uint8_t* target : {out, second}) {
       if (target == nullptr) continue;
@@ -182,9 +188,7 @@ void reduce_on(Isa isa, void* dst, const void* const* sources, int n, size_t cou
   const size_t elem = dtype_size(type);
   const bool stream = streamed(stores, count * elem);
   if (copy == nullptr && !stream && (n == 2 || count * elem <= kChainedBytes)) {
-    fn(dst, sources[0], sources[1], count);
-    for (int k = 2; k < n; ++k) fn(dst, dst, sources[k], count);
-    return;
+    return reduce_chain(fn, dst, sources, n, 0, count, elem);
   }
   reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);
 }
