@@ -151,7 +151,8 @@ void HostQueue::reduce_to_both(void* shared, void* mine, const void* const* sour
     copy(mine, sources[0], count * dtype_size(type));
     return copy(shared, mine, count * dtype_size(type));
   }
-  reduce::reduce_sources(shared, sources, source_count, count, type, op, mine);
+  // Into this rank's own memory first, and copied from there to the lines the other ranks read (reduce_sources).
+  reduce::reduce_sources(mine, sources, source_count, count, type, op, shared);
 }
 
 void HostQueue::divide(void* data, size_t count, DataType type, int divisor) {

@@ -22,8 +22,12 @@ enum class Stores { kAuto, kCached, kStreaming };
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
 /// dst[i] = sources[0][i] op sources[1][i] op ... op sources[n-1][i] (in that order), n >= 2, in blocks that stay in
 /// this core's L1 cache between the n-1 reductions (a result small enough to stay there whole, in whole passes), so
-/// each line of dst is written to memory once however many sources there are. dst may be sources[0] exactly. `copy`,
-/// when not null, receives the result too, in the same pass: it may be one of the sources exactly, never dst.
+/// each line of dst is written to memory once however many sources there are. dst may be one of the sources exactly.
+/// `copy`, when not null, receives the result too, in the same pass: it may be one of the sources exactly, never dst.
+/// Each block of the result is written to dst first and copied from there to `copy` in whole blocks, so dst is best
+/// this core's own memory and `copy` the lines another core reads next: stores to lines another core holds wait for
+/// that core to give them up, where the cores share no cache, and a plain copy of whole lines (rep movsb) waits for
+/// them far less than a kernel's vector stores do (docs/benchmarks.md, "Publishing a reduced shard by copy").
 void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
                     void* copy = nullptr, Stores stores = Stores::kAuto);
 /// buffer[i] /= divisor. Floating types only.

@@ -182,8 +182,9 @@ TEST_CASE("fp16 and bf16 conversions round to nearest even, as the test encoder 
 
 TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without a copy", "[reduce]") {
   // Blocked over several sources, the result must have the bits of reducing whole buffers in source order; the second
-  // destination and streaming stores change only where and how the result is stored. Counts cross the 4 KB blocks;
-  // an in-place copy (onto the last source) must read each block before writing it.
+  // destination and streaming stores change only where and how the result is stored. Counts cross the 4 KB and 16 KB
+  // blocks. In place, dst or the copy is one of the sources (any one for dst: the chain reads sources after the
+  // second once dst holds partial results), and each block must be read before it is written.
   std::mt19937 rng(7);
   for (DataType type :
        {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt8, DataType::kFloat64}) {
@@ -191,26 +192,29 @@ TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without 
     for (int n : {2, 3, 5}) {
       for (size_t count : {size_t{1}, size_t{1000}, size_t{4097}, size_t{20000}}) {
         std::vector<std::vector<uint8_t>> sources(static_cast<size_t>(n), std::vector<uint8_t>(count * elem));
-        std::vector<const void*> pointers;
         for (auto& s : sources) {
           for (size_t i = 0; i < count; ++i) test::put(type, s.data(), i, random_value(rng, type, ReduceOp::kSum));
-          pointers.push_back(s.data());
         }
+        const std::vector<std::vector<uint8_t>> originals = sources;
+        std::vector<const void*> pointers;
+        for (auto& s : sources) pointers.push_back(s.data());
         std::vector<uint8_t> want(count * elem);
         reduce::reduce(want.data(), pointers[0], pointers[1], count, type, ReduceOp::kSum);
         for (int k = 2; k < n; ++k) reduce::reduce(want.data(), want.data(), pointers[k], count, type, ReduceOp::kSum);
-        for (int copy_to : {-1, 0, n - 1})  // none, a buffer of its own, the last source (in place)
-          for (reduce::Stores stores : {reduce::Stores::kCached, reduce::Stores::kStreaming}) {
-            INFO(to_string(type) << " n " << n << " count " << count << " copy " << copy_to << " streaming "
-                                 << (stores == reduce::Stores::kStreaming));
-            std::vector<uint8_t> got(want.size(), 0xab), own(want.size(), 0xcd);
-            const std::vector<uint8_t> last = sources.back();
-            void* copy = copy_to < 0 ? nullptr : copy_to == 0 ? own.data() : sources.back().data();
-            reduce::reduce_sources(got.data(), pointers.data(), n, count, type, ReduceOp::kSum, copy, stores);
-            CHECK(got == want);
-            if (copy != nullptr) CHECK(std::memcmp(copy, want.data(), want.size()) == 0);
-            sources.back() = last;
-            pointers.back() = sources.back().data();
+        for (int dst_at : {-1, 0, 1, n - 1})    // a buffer of its own, or that source (in place)
+          for (int copy_to : {-1, 0, n - 1}) {  // none, a buffer of its own, the last source (in place)
+            if (copy_to == n - 1 && dst_at == n - 1) continue;
+            for (reduce::Stores stores : {reduce::Stores::kCached, reduce::Stores::kStreaming}) {
+              INFO(to_string(type) << " n " << n << " count " << count << " dst " << dst_at << " copy " << copy_to
+                                   << " streaming " << (stores == reduce::Stores::kStreaming));
+              std::vector<uint8_t> got(want.size(), 0xab), own(want.size(), 0xcd);
+              void* dst = dst_at < 0 ? got.data() : sources[static_cast<size_t>(dst_at)].data();
+              void* copy = copy_to < 0 ? nullptr : copy_to == 0 ? own.data() : sources.back().data();
+              reduce::reduce_sources(dst, pointers.data(), n, count, type, ReduceOp::kSum, copy, stores);
+              CHECK(std::memcmp(dst, want.data(), want.size()) == 0);
+              if (copy != nullptr) CHECK(std::memcmp(copy, want.data(), want.size()) == 0);
+              sources = originals;  // same sizes: the pointers stay valid
+            }
           }
       }
     }

@@ -110,12 +110,32 @@ void reduce_chain(ReduceFn fn, void* to, const void* const* sources, int n, size
   for (int k = 2; k < n; ++k) fn(to, to, source(k), len);
 }
 
-// The blocked pass behind reduce_sources and the streaming reduce: a 4 KB block of each source and of the result
-// stay in L1 (48 KB or more on current x86 cores) across the sources, so each line of dst (and of copy) is written
-// once. Into dst directly where that is all; else into a scratch block and from there, still in L1, to dst and copy
-// (the copy may be one of the sources, read before the block is written), with non-temporal stores when `stream`.
+// A block of the result that reduce_blocked reduces straight into dst and then copies on to `copy`: it stays in L1
+// (48 KB or more on current x86 cores) for the copy, and its sources' blocks beside it in L2.
+constexpr size_t kDirectBlockBytes = 16 << 10;
+
+// The blocked pass behind reduce_sources and the streaming reduce, so that each line of dst (and of copy) is written
+// once however many sources there are:
+// - a copy, ordinary stores: each 16 KB block is reduced straight into dst and copied from there to `copy` (see
+//   reduce_sources for why that way round);
+// - no copy, ordinary stores: each 4 KB block straight into dst, which stays in L1 across the sources;
+// - streaming stores, or dst a source the chain reads after its first pass: each 4 KB block into a scratch block in
+//   L1, and from there to dst and copy (non-temporal stores when `stream`).
+// A copy that is one of the sources is read before its block is written in every case.
 void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void* const* sources, int n, size_t count,
                     size_t elem, void* copy, bool stream) {
+  auto* out = static_cast<uint8_t*>(dst);
+  auto* second = static_cast<uint8_t*>(copy);
+  const bool dst_read_later = std::find(sources + std::min(n, 2), sources + n, dst) != sources + n;
+  if (second != nullptr && !stream && !dst_read_later) {
+    const size_t block = kDirectBlockBytes / elem;
+    for (size_t at = 0; at < count; at += block) {
+      const size_t len = std::min(block, count - at);
+      reduce_chain(fn, out + at * elem, sources, n, at, len, elem);
+      std::memcpy(second + at * elem, out + at * elem, len * elem);
+    }
+    return;
+  }
   constexpr size_t kBlockBytes = 4096;
   // The block starts at the first source's offset within a page. A load whose address matches an earlier store's
   // in the low 12 bits waits for that store (the core compares no more of the address first), so a block a little
@@ -124,9 +144,7 @@ void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void
   alignas(4096) uint8_t area[2 * kBlockBytes];
   uint8_t* scratch = area + (reinterpret_cast<uintptr_t>(sources[0]) % kBlockBytes) / 64 * 64;
   const size_t block = kBlockBytes / elem;
-  auto* out = static_cast<uint8_t*>(dst);
-  auto* second = static_cast<uint8_t*>(copy);
-  const bool staged = stream || second != nullptr;
+  const bool staged = stream || second != nullptr || dst_read_later;
   for (size_t at = 0; at < count; at += block) {
     const size_t len = std::min(block, count - at);
     uint8_t* to = staged ? scratch : out + at * elem;
@@ -187,7 +205,8 @@ void reduce_on(Isa isa, void* dst, const void* const* sources, int n, size_t cou
   const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
   const size_t elem = dtype_size(type);
   const bool stream = streamed(stores, count * elem);
-  if (copy == nullptr && !stream && (n == 2 || count * elem <= kChainedBytes)) {
+  const bool dst_read_later = std::find(sources + std::min(n, 2), sources + n, dst) != sources + n;
+  if (copy == nullptr && !stream && !dst_read_later && (n == 2 || count * elem <= kChainedBytes)) {
     return reduce_chain(fn, dst, sources, n, 0, count, elem);
   }
   reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);

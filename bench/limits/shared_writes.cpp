@@ -1,0 +1,175 @@
+// shared_writes: what it costs a core to write lines another core has just read, by the kind of store, and what it
+// costs that core to read them back. The one-node collectives do this at every call: a rank publishes its shard in
+// lines a peer read from the same slot the time before, then the peer reads them.
+//
+// Two threads, pinned to two CPUs, take turns: A writes a buffer of BYTES with one kind of store, raises a flag; B
+// copies the buffer into its own memory, raises a flag back. Prints, for each kind of A's store, the median time of
+// A's write and of B's read (µs) and their rates (GB/s), over 300 turns.
+//
+// Kinds: memcpy (glibc's, as HostQueue::copy calls it), rep movsb (the string copy glibc uses from 2 KB to a size it
+// derives from the cache), vector stores of a copy (AVX2), vector stores of a float sum of two private buffers
+// (AVX2: a reduction kernel writing its result straight into the shared lines). Where the cores share no cache, how
+// each kind waits for the other core to give up its lines differs (docs/benchmarks.md, "Publishing a reduced shard by
+// copy"); core_handover says which case a run met.
+//
+//   shared_writes [BYTES [CPU_A CPU_B]]   (default: 512 KB; the first two CPUs this process may run on)
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+bool pin(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+}
+
+double now_ns() {
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void rep_movsb(void* dst, const void* src, size_t bytes) {
+  asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes)::"memory");
+}
+
+__attribute__((target("avx2"))) void vector_copy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+}
+
+__attribute__((target("avx2"))) void vector_sum(float* dst, const float* a, const float* b, size_t count) {
+  for (size_t i = 0; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+}
+
+struct alignas(64) Line {
+  std::atomic<long> value{0};
+};
+
+enum class Kind { kMemcpy, kRepMovsb, kVectorCopy, kVectorSum };
+const char* name(Kind kind) {
+  switch (kind) {
+    case Kind::kMemcpy: return "memcpy";
+    case Kind::kRepMovsb: return "rep movsb";
+    case Kind::kVectorCopy: return "vector copy";
+    case Kind::kVectorSum: return "vector sum";
+  }
+  return "?";
+}
+
+struct Times {
+  double write_ns, read_ns;
+};
+
+Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
+  auto buffer = [bytes](int fill) {
+    auto* p = static_cast<char*>(std::aligned_alloc(4096, bytes));
+    std::memset(p, fill, bytes);
+    return p;
+  };
+  char *shared = buffer(1), *a_one = buffer(2), *a_two = buffer(3), *b_own = buffer(4);
+  Line written, read;
+  std::vector<double> writes, reads;
+  std::thread reader([&] {
+    pin(cpu_b);
+    for (long t = 1; t <= turns; ++t) {
+      while (written.value.load(std::memory_order_acquire) != t) _mm_pause();
+      const double start = now_ns();
+      std::memcpy(b_own, shared, bytes);
+      reads.push_back(now_ns() - start);
+      read.value.store(t, std::memory_order_release);
+    }
+  });
+  pin(cpu_a);
+  for (long t = 1; t <= turns; ++t) {
+    const double start = now_ns();
+    switch (kind) {
+      case Kind::kMemcpy: std::memcpy(shared, a_one, bytes); break;
+      case Kind::kRepMovsb: rep_movsb(shared, a_one, bytes); break;
+      case Kind::kVectorCopy: vector_copy(shared, a_one, bytes); break;
+      case Kind::kVectorSum:
+        vector_sum(reinterpret_cast<float*>(shared), reinterpret_cast<const float*>(a_one),
+                   reinterpret_cast<const float*>(a_two), bytes / sizeof(float));
+        break;
+    }
+    writes.push_back(now_ns() - start);
+    written.value.store(t, std::memory_order_release);
+    while (read.value.load(std::memory_order_acquire) != t) _mm_pause();
+  }
+  reader.join();
+  for (char* p : {shared, a_one, a_two, b_own}) std::free(p);
+  // The first turns find the lines in no other core's cache: left out.
+  auto median = [](std::vector<double> v) {
+    v.erase(v.begin(), v.begin() + std::min<size_t>(v.size() / 10, 10));
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(writes), median(reads)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t bytes = 512 << 10;
+  int cpu_a = -1, cpu_b = -1;
+  if (argc >= 2) bytes = std::strtoull(argv[1], nullptr, 10);
+  if (argc == 4) {
+    cpu_a = std::atoi(argv[2]);
+    cpu_b = std::atoi(argv[3]);
+  } else if (argc <= 2) {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      for (int c = 0; c < CPU_SETSIZE && cpu_b < 0; ++c) {
+        if (!CPU_ISSET(c, &allowed)) continue;
+        (cpu_a < 0 ? cpu_a : cpu_b) = c;
+      }
+    }
+  } else {
+    std::fprintf(stderr, "usage: shared_writes [BYTES [CPU_A CPU_B]]\n");
+    return 2;
+  }
+  if (bytes < 4096 || bytes % 4096 != 0) {
+    std::fprintf(stderr, "shared_writes: BYTES must be a multiple of 4096 (got %zu)\n", bytes);
+    return 2;
+  }
+  if (cpu_a < 0 || cpu_b < 0 || cpu_a == cpu_b) {
+    std::fprintf(stderr, "shared_writes: needs two different CPUs (got %d and %d)\n", cpu_a, cpu_b);
+    return 2;
+  }
+  if (!__builtin_cpu_supports("avx2")) {
+    std::fprintf(stderr, "shared_writes: needs AVX2 for the vector kinds\n");
+    return 2;
+  }
+  std::printf("%zu bytes, CPUs %d and %d: A writes lines B read last turn, then B copies them out\n", bytes, cpu_a,
+              cpu_b);
+  std::printf("%-12s %10s %9s %10s %9s\n", "A's stores", "write µs", "GB/s", "read µs", "GB/s");
+  run(Kind::kMemcpy, bytes, cpu_a, cpu_b, 300);  // warms the allocator and the CPUs' clocks up: not printed
+  for (Kind kind : {Kind::kMemcpy, Kind::kRepMovsb, Kind::kVectorCopy, Kind::kVectorSum}) {
+    const Times t = run(kind, bytes, cpu_a, cpu_b, 300);
+    std::printf("%-12s %10.2f %9.1f %10.2f %9.1f\n", name(kind), t.write_ns / 1e3, bytes / t.write_ns, t.read_ns / 1e3,
+                bytes / t.read_ns);
+  }
+  return 0;
+}
