@@ -25,9 +25,10 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
 /// each line of dst is written to memory once however many sources there are. dst may be one of the sources exactly.
 /// `copy`, when not null, receives the result too, in the same pass: it may be one of the sources exactly, never dst.
 /// Each block of the result is written to dst first and copied from there to `copy` in whole blocks, so dst is best
-/// this core's own memory and `copy` the lines another core reads next: stores to lines another core holds wait for
-/// that core to give them up, where the cores share no cache, and a plain copy of whole lines (rep movsb) waits for
-/// them far less than a kernel's vector stores do (docs/benchmarks.md, "Publishing a reduced shard by copy").
+/// this core's own memory and `copy` the lines another core reads next: a store to a line another core holds waits
+/// for that core to give it up, and a plain copy of whole lines (glibc's memcpy: rep movsb) waits for them far less
+/// than a kernel's vector stores do, most of all where the cores share no cache (docs/benchmarks.md, "Publishing a
+/// reduced shard by copy").
 void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
                     void* copy = nullptr, Stores stores = Stores::kAuto);
 /// buffer[i] /= divisor. Floating types only.

@@ -123,10 +123,9 @@ constexpr size_t kDirectBlockBytes = 16 << 10;
 //   L1, and from there to dst and copy (non-temporal stores when `stream`).
 // A copy that is one of the sources is read before its block is written in every case.
 void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void* const* sources, int n, size_t count,
-                    size_t elem, void* copy, bool stream) {
+                    size_t elem, void* copy, bool stream, bool dst_read_later) {
   auto* out = static_cast<uint8_t*>(dst);
   auto* second = static_cast<uint8_t*>(copy);
-  const bool dst_read_later = std::find(sources + std::min(n, 2), sources + n, dst) != sources + n;
   if (second != nullptr && !stream && !dst_read_later) {
     const size_t block = kDirectBlockBytes / elem;
     for (size_t at = 0; at < count; at += block) {
@@ -205,11 +204,12 @@ void reduce_on(Isa isa, void* dst, const void* const* sources, int n, size_t cou
   const ReduceFn fn = table.reduce[static_cast<size_t>(type)][static_cast<size_t>(op)];
   const size_t elem = dtype_size(type);
   const bool stream = streamed(stores, count * elem);
+  // dst as one of the sources after the second: the chain reads it there once it holds a partial result.
   const bool dst_read_later = std::find(sources + std::min(n, 2), sources + n, dst) != sources + n;
   if (copy == nullptr && !stream && !dst_read_later && (n == 2 || count * elem <= kChainedBytes)) {
     return reduce_chain(fn, dst, sources, n, 0, count, elem);
   }
-  reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream);
+  reduce_blocked(table, fn, dst, sources, n, count, elem, copy, stream, dst_read_later);
 }
 
 }  // namespace
