@@ -4,13 +4,10 @@
 // A 2-rank allreduce of 8 B through shared memory needs each rank to see a line the other wrote, so it takes at least
 // about two hand-overs. On a VM the figure also moves with where the host puts its vCPUs: sibling hyperthreads or
 // cores that share a cache hand a line over in 25-45 ns, cores apart 250 ns and more (both seen on this project's
-// 2-vCPU VM on one day). scripts/bench/bench-peers prints it beside each run, so a table's small-size column can be read
-// against the machine it ran on.
+// 2-vCPU VM on one day). scripts/bench/bench-peers prints it beside each run, so a table's small-size column can be
+// read against the machine it ran on.
 //
 //   core_handover [CPU_A CPU_B]   (default: the first two CPUs this process may run on)
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,24 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_pair.hpp"
+
 namespace {
 
-struct alignas(64) Line {
-  std::atomic<long> value{0};
-};
-
-bool pin(int cpu) {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
-}
-
-void relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
+using hiercoll::bench::Line;
+using hiercoll::bench::pin;
+using hiercoll::bench::relax;
 
 // One round: `passes` round trips; the one-way time in ns.
 double round_ns(int cpu_a, int cpu_b, long passes) {
@@ -65,19 +51,8 @@ double round_ns(int cpu_a, int cpu_b, long passes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int cpu_a = -1, cpu_b = -1;
-  if (argc == 3) {
-    cpu_a = std::atoi(argv[1]);
-    cpu_b = std::atoi(argv[2]);
-  } else if (argc == 1) {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-      for (int c = 0; c < CPU_SETSIZE && cpu_b < 0; ++c) {
-        if (!CPU_ISSET(c, &allowed)) continue;
-        (cpu_a < 0 ? cpu_a : cpu_b) = c;
-      }
-    }
-  } else {
+  int cpu_a, cpu_b;
+  if (!hiercoll::bench::cpu_pair(argc - 1, argv + 1, cpu_a, cpu_b)) {
     std::fprintf(stderr, "usage: core_handover [CPU_A CPU_B]\n");
     return 2;
   }

@@ -14,8 +14,6 @@
 //
 //   shared_writes [BYTES [CPU_A CPU_B]]   (default: 512 KB; the first two CPUs this process may run on)
 #include <immintrin.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,14 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_pair.hpp"
+
 namespace {
 
-bool pin(int cpu) {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
-}
+using hiercoll::bench::Line;
+using hiercoll::bench::pin;
+using hiercoll::bench::relax;
 
 double now_ns() {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -64,10 +61,6 @@ __attribute__((target("avx2"))) void vector_sum(float* dst, const float* a, cons
   }
 }
 
-struct alignas(64) Line {
-  std::atomic<long> value{0};
-};
-
 enum class Kind { kMemcpy, kRepMovsb, kVectorCopy, kVectorSum };
 const char* name(Kind kind) {
   switch (kind) {
@@ -95,7 +88,7 @@ Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
   std::thread reader([&] {
     pin(cpu_b);
     for (long t = 1; t <= turns; ++t) {
-      while (written.value.load(std::memory_order_acquire) != t) _mm_pause();
+      while (written.value.load(std::memory_order_acquire) != t) relax();
       const double start = now_ns();
       std::memcpy(b_own, shared, bytes);
       reads.push_back(now_ns() - start);
@@ -116,7 +109,7 @@ Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
     }
     writes.push_back(now_ns() - start);
     written.value.store(t, std::memory_order_release);
-    while (read.value.load(std::memory_order_acquire) != t) _mm_pause();
+    while (read.value.load(std::memory_order_acquire) != t) relax();
   }
   reader.join();
   for (char* p : {shared, a_one, a_two, b_own}) std::free(p);
@@ -133,20 +126,9 @@ Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
 
 int main(int argc, char** argv) {
   size_t bytes = 512 << 10;
-  int cpu_a = -1, cpu_b = -1;
   if (argc >= 2) bytes = std::strtoull(argv[1], nullptr, 10);
-  if (argc == 4) {
-    cpu_a = std::atoi(argv[2]);
-    cpu_b = std::atoi(argv[3]);
-  } else if (argc <= 2) {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-      for (int c = 0; c < CPU_SETSIZE && cpu_b < 0; ++c) {
-        if (!CPU_ISSET(c, &allowed)) continue;
-        (cpu_a < 0 ? cpu_a : cpu_b) = c;
-      }
-    }
-  } else {
+  int cpu_a, cpu_b;
+  if (!hiercoll::bench::cpu_pair(argc < 2 ? 0 : argc - 2, argv + 2, cpu_a, cpu_b)) {
     std::fprintf(stderr, "usage: shared_writes [BYTES [CPU_A CPU_B]]\n");
     return 2;
   }
