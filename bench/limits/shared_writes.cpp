@@ -4,13 +4,19 @@
 //
 // Two threads, pinned to two CPUs, take turns: A writes a buffer of BYTES with one kind of store, raises a flag; B
 // copies the buffer into its own memory, raises a flag back. Prints, for each kind of A's store, the median time of
-// A's write and of B's read (µs) and their rates (GB/s), over 300 turns.
+// A's write and of B's read (µs) and their rates (GB/s), over 300 turns; then the same for A's memcpy with each way
+// B may read.
 //
-// Kinds: memcpy (glibc's, as HostQueue::copy calls it), rep movsb (the string copy glibc uses from 2 KB to a size it
-// derives from the cache), vector stores of a copy (AVX2), vector stores of a float sum of two private buffers
-// (AVX2: a reduction kernel writing its result straight into the shared lines). Where the cores share no cache, how
-// each kind waits for the other core to give up its lines differs (docs/benchmarks.md, "Publishing a reduced shard by
-// copy"); core_handover says which case a run met.
+// A's kinds: memcpy (glibc's, as HostQueue::copy calls it), rep movsb (the string copy glibc uses from 2 KB to a size
+// it derives from the cache), vector stores of a copy (AVX2), non-temporal vector stores of a copy (AVX2: past the
+// caches, to memory), vector stores of a float sum of two private buffers (AVX2: a reduction kernel writing its result
+// straight into the shared lines). Where the cores share no cache, how each kind waits for the other core to give up
+// its lines differs (docs/benchmarks.md, "Publishing a reduced shard by copy"); core_handover says which case a run
+// met.
+//
+// B's ways: memcpy; memcpy and then evicting each line it read from every cache (clflushopt), so that A's next
+// write finds no other core's copy; a non-temporal prefetch of each 4 KB block before copying it (the hint that the
+// line should not stay in B's caches); and not reading at all (A's write to lines no other core holds, the floor).
 //
 //   shared_writes [BYTES [CPU_A CPU_B]]   (default: 512 KB; the first two CPUs this process may run on)
 #include <immintrin.h>
@@ -61,13 +67,52 @@ __attribute__((target("avx2"))) void vector_sum(float* dst, const float* a, cons
   }
 }
 
-enum class Kind { kMemcpy, kRepMovsb, kVectorCopy, kVectorSum };
+__attribute__((target("avx2"))) void stream_copy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (size_t i = 0; i + 64 <= bytes; i += 64) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+  }
+  _mm_sfence();  // the flag A raises next must not pass the streamed lines
+}
+
+__attribute__((target("clflushopt"))) void copy_and_flush(void* dst, void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflushopt(static_cast<char*>(src) + i);
+  _mm_sfence();
+}
+
+void prefetch_nta_copy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kBlock = 4096;
+  for (size_t at = 0; at < bytes; at += kBlock) {
+    const char* block = static_cast<const char*>(src) + at;
+    for (size_t i = 0; i < kBlock; i += 64) _mm_prefetch(block + i, _MM_HINT_NTA);
+    std::memcpy(static_cast<char*>(dst) + at, block, kBlock);
+  }
+}
+
+enum class Kind { kMemcpy, kRepMovsb, kVectorCopy, kStreamCopy, kVectorSum };
 const char* name(Kind kind) {
   switch (kind) {
     case Kind::kMemcpy: return "memcpy";
     case Kind::kRepMovsb: return "rep movsb";
     case Kind::kVectorCopy: return "vector copy";
+    case Kind::kStreamCopy: return "stream copy";
     case Kind::kVectorSum: return "vector sum";
+  }
+  return "?";
+}
+
+enum class Read { kMemcpy, kFlush, kPrefetchNta, kNone };
+const char* name(Read read) {
+  switch (read) {
+    case Read::kMemcpy: return "memcpy";
+    case Read::kFlush: return "+ clflushopt";
+    case Read::kPrefetchNta: return "prefetchnta";
+    case Read::kNone: return "no read";
   }
   return "?";
 }
@@ -76,7 +121,7 @@ struct Times {
   double write_ns, read_ns;
 };
 
-Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
+Times run(Kind kind, Read read_kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
   auto buffer = [bytes](int fill) {
     auto* p = static_cast<char*>(std::aligned_alloc(4096, bytes));
     std::memset(p, fill, bytes);
@@ -90,7 +135,12 @@ Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
     for (long t = 1; t <= turns; ++t) {
       while (written.value.load(std::memory_order_acquire) != t) relax();
       const double start = now_ns();
-      std::memcpy(b_own, shared, bytes);
+      switch (read_kind) {
+        case Read::kMemcpy: std::memcpy(b_own, shared, bytes); break;
+        case Read::kFlush: copy_and_flush(b_own, shared, bytes); break;
+        case Read::kPrefetchNta: prefetch_nta_copy(b_own, shared, bytes); break;
+        case Read::kNone: break;
+      }
       reads.push_back(now_ns() - start);
       read.value.store(t, std::memory_order_release);
     }
@@ -102,6 +152,7 @@ Times run(Kind kind, size_t bytes, int cpu_a, int cpu_b, int turns) {
       case Kind::kMemcpy: std::memcpy(shared, a_one, bytes); break;
       case Kind::kRepMovsb: rep_movsb(shared, a_one, bytes); break;
       case Kind::kVectorCopy: vector_copy(shared, a_one, bytes); break;
+      case Kind::kStreamCopy: stream_copy(shared, a_one, bytes); break;
       case Kind::kVectorSum:
         vector_sum(reinterpret_cast<float*>(shared), reinterpret_cast<const float*>(a_one),
                    reinterpret_cast<const float*>(a_two), bytes / sizeof(float));
@@ -140,18 +191,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shared_writes: needs two different CPUs (got %d and %d)\n", cpu_a, cpu_b);
     return 2;
   }
-  if (!__builtin_cpu_supports("avx2")) {
-    std::fprintf(stderr, "shared_writes: needs AVX2 for the vector kinds\n");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("clflushopt")) {
+    std::fprintf(stderr, "shared_writes: needs AVX2 (the vector kinds) and CLFLUSHOPT (a way of reading)\n");
     return 2;
   }
   std::printf("%zu bytes, CPUs %d and %d: A writes lines B read last turn, then B copies them out\n", bytes, cpu_a,
               cpu_b);
   std::printf("%-12s %10s %9s %10s %9s\n", "A's stores", "write µs", "GB/s", "read µs", "GB/s");
-  run(Kind::kMemcpy, bytes, cpu_a, cpu_b, 300);  // warms the allocator and the CPUs' clocks up: not printed
-  for (Kind kind : {Kind::kMemcpy, Kind::kRepMovsb, Kind::kVectorCopy, Kind::kVectorSum}) {
-    const Times t = run(kind, bytes, cpu_a, cpu_b, 300);
-    std::printf("%-12s %10.2f %9.1f %10.2f %9.1f\n", name(kind), t.write_ns / 1e3, bytes / t.write_ns, t.read_ns / 1e3,
+  auto print = [bytes](const char* row, Times t) {
+    std::printf("%-12s %10.2f %9.1f %10.2f %9.1f\n", row, t.write_ns / 1e3, bytes / t.write_ns, t.read_ns / 1e3,
                 bytes / t.read_ns);
+  };
+  run(Kind::kMemcpy, Read::kMemcpy, bytes, cpu_a, cpu_b, 300);  // warms the allocator and clocks up: not printed
+  for (Kind kind : {Kind::kMemcpy, Kind::kRepMovsb, Kind::kVectorCopy, Kind::kStreamCopy, Kind::kVectorSum}) {
+    print(name(kind), run(kind, Read::kMemcpy, bytes, cpu_a, cpu_b, 300));
+  }
+  std::printf("\nA writes with memcpy; B's way of reading\n");
+  std::printf("%-12s %10s %9s %10s %9s\n", "B's reads", "write µs", "GB/s", "read µs", "GB/s");
+  for (Read read_kind : {Read::kMemcpy, Read::kFlush, Read::kPrefetchNta, Read::kNone}) {
+    const Times t = run(Kind::kMemcpy, read_kind, bytes, cpu_a, cpu_b, 300);
+    if (read_kind == Read::kNone) {
+      std::printf("%-12s %10.2f %9.1f %10s %9s\n", name(read_kind), t.write_ns / 1e3, bytes / t.write_ns, "-", "-");
+    } else {
+      print(name(read_kind), t);
+    }
   }
   return 0;
 }
