@@ -213,7 +213,8 @@ TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without 
               reduce::reduce_sources(dst, pointers.data(), n, count, type, ReduceOp::kSum, copy, stores);
               CHECK(std::memcmp(dst, want.data(), want.size()) == 0);
               if (copy != nullptr) CHECK(std::memcmp(copy, want.data(), want.size()) == 0);
-              sources = originals;  // same sizes: the pointers stay valid
+              sources = originals;
+              for (size_t k = 0; k < sources.size(); ++k) pointers[k] = sources[k].data();
             }
           }
       }
