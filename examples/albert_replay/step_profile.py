@@ -9,7 +9,8 @@ embeddings' (tied to the MLM decoder) are ready only at the very end of backward
 of ALBERT's allreduce behind backward.
 
 Two sources of a profile:
-- `Recorder`: hooks on a real model timing each call during real training (the CPU trainer's `--profile-out`);
+- `Recorder`: hooks on a real model timing each call during real training (the CPU trainer's `--profile-out`), on
+  the host's clock or, for a model on a GPU, on the GPU's (`CudaClock`: device_profile.py);
 - `from_flops`: the FLOPs of each call, counted by torch.utils.flop_counter on the real model, over a stated
   accelerator throughput (peak TFLOPS x model FLOPs utilisation): for the GPUs we have no profile from.
 
@@ -27,6 +28,40 @@ from torch.utils.flop_counter import FlopCounterMode
 # Published peak dense throughput (TFLOPS) of the accelerators of the seeds' instances, for the precision their
 # ALBERT runs used (mixed precision on tensor cores): p4d's A100 (bf16/fp16, 312) and p3dn's V100 (fp16, 125).
 PEAK_TFLOPS = {"a100": 312.0, "v100": 125.0}
+
+
+class WallClock:
+    """The host's clock: a CPU's step, where the host does the compute itself."""
+
+    def now(self):
+        return time.perf_counter()
+
+    def settle(self):
+        pass
+
+    def seconds(self, stamp):
+        return stamp
+
+
+class CudaClock:
+    """The GPU's clock: a stamp is an event recorded on the current stream, so the time between two stamps is how
+    long the GPU took over the work enqueued between them, not how long the host took to enqueue it (the host runs
+    ahead). Autograd runs a backward kernel on the stream its forward ran on, so hooks on either side of a unit's
+    calls bracket the unit's kernels. `settle()` waits for the GPU; `seconds()` is then valid for earlier stamps."""
+
+    def __init__(self):
+        self.origin = self.now()
+
+    def now(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def settle(self):
+        torch.cuda.synchronize()
+
+    def seconds(self, stamp):
+        return self.origin.elapsed_time(stamp) / 1e3
 
 
 def unit_modules(model):
@@ -51,11 +86,13 @@ class Recorder:
     mask preparation before the embeddings counts); a final "loss" unit runs from the MLM head's return to the
     model's. Backward: a unit's backward starts when the gradient of its output exists (a hook on that tensor) and
     ends when the previous unit's starts; the first unit's ends with the last parameter gradient (hooks on the
-    parameters), the loss's starts at `backward_started()`. Call `step_done()` after each step; `save()` writes the
-    median of each unit over the recorded steps."""
+    parameters), the loss's starts at `backward_started()`. Call `step_done()` after each step; `profile()` gives the
+    mean of each unit over the recorded steps. `clock`: WallClock (the default) or CudaClock, whose stamps are
+    resolved in step_done, after waiting for the GPU."""
 
-    def __init__(self, model):
+    def __init__(self, model, clock=None):
         self.model = model
+        self.clock = clock or WallClock()
         self.units = unit_modules(model)
         self.steps = []
         self.handles = [model.register_forward_pre_hook(self._model_pre), model.register_forward_hook(self._model_post)]
@@ -72,50 +109,54 @@ class Recorder:
         self.last_param_grad = None
 
     def _model_pre(self, module, args):
-        self.model_start = time.perf_counter()
+        self.model_start = self.clock.now()
 
     def _model_post(self, module, args, output):
-        self.model_end = time.perf_counter()
+        self.model_end = self.clock.now()
 
     def _unit_pre(self, name):
         def hook(module, args):
-            self.calls.append([name, parameter_names(self.model, module), time.perf_counter(), None])
+            self.calls.append([name, parameter_names(self.model, module), self.clock.now(), None])
         return hook
 
     def _unit_post(self, module, args, output):
-        self.head_end = time.perf_counter()
+        self.head_end = self.clock.now()
         call = self.calls[-1]
         tensor = output[0] if isinstance(output, tuple) else output
         if tensor.requires_grad:
             def grad_ready(grad, call=call):
-                call[3] = time.perf_counter()
+                call[3] = self.clock.now()
             tensor.register_hook(grad_ready)
 
     def _param_grad(self, grad):
-        self.last_param_grad = time.perf_counter()
+        self.last_param_grad = self.clock.now()
 
     def forward_called(self):
-        self.forward_call = time.perf_counter()
+        self.forward_call = self.clock.now()
 
     def backward_started(self):
-        self.backward_start = time.perf_counter()
+        self.backward_start = self.clock.now()
 
     def step_done(self, optimizer_s, data_s, step_s=None, comm_wait_s=None):
         """optimizer_s: from the end of backward to the end of the step; step_s, comm_wait_s: the whole step and
         its exposed communication, kept to show what the units leave out (DDP's own work before forward)."""
-        calls = self.calls
-        forward_starts = [self.model_start] + [c[2] for c in calls[1:]] + [self.head_end]
-        forward_ends = forward_starts[1:] + [self.model_end]
-        backward_starts = [c[3] for c in calls] + [self.backward_start]
-        backward_ends = [self.last_param_grad] + backward_starts[:-1]
+        self.clock.settle()
+        at = self.clock.seconds
+        calls = [[name, params, at(forward), at(backward)] for name, params, forward, backward in self.calls]
+        model_start, model_end, head_end = at(self.model_start), at(self.model_end), at(self.head_end)
+        backward_start, last_param_grad = at(self.backward_start), at(self.last_param_grad)
+        forward_starts = [model_start] + [c[2] for c in calls[1:]] + [head_end]
+        forward_ends = forward_starts[1:] + [model_end]
+        backward_starts = [c[3] for c in calls] + [backward_start]
+        backward_ends = [last_param_grad] + backward_starts[:-1]
         names = [c[0] for c in calls] + ["loss"]
         params = [c[1] for c in calls] + [[]]
         self.steps.append({"units": [{"name": n, "params": p, "forward_s": fe - fs, "backward_s": be - bs}
                                      for n, p, fs, fe, bs, be in zip(names, params, forward_starts, forward_ends,
                                                                      backward_starts, backward_ends)],
                            "optimizer_s": optimizer_s, "data_s": data_s, "step_s": step_s,
-                           "pre_forward_s": self.model_start - self.forward_call,
-                           "post_forward_s": self.backward_start - self.model_end,
+                           "pre_forward_s": model_start - at(self.forward_call),
+                           "post_forward_s": backward_start - model_end,
                            "comm_wait_s": comm_wait_s})
         self._reset()
 

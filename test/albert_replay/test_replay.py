@@ -1,9 +1,11 @@
 """The DDP step replay (examples/albert_replay): its gradients reach DDP when real autograd's would, its FLOPs profile
-is ALBERT's arithmetic, and 2-rank replays over hiercoll and gloo run DDP to the right averages."""
+is ALBERT's arithmetic, and 2-rank replays over hiercoll and gloo run DDP to the right averages; a profile recorded on
+a device's clock (device_profile.py) accounts for the step and fits the replay's model."""
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -154,3 +156,72 @@ def test_two_ranks_replay_a_recorded_trace(tmp_path):
     assert summary["step_s"] >= min(step_profile.compute_s(dict(profile, units=[
         {"forward_s": f, "backward_s": b} for f, b in step["units"]], optimizer_s=step["optimizer_s"]))
         for step in profile["trace"])
+
+
+class DeferredClock:
+    """A clock like step_profile.CudaClock: its stamps are opaque (no arithmetic on them) and may be read only after
+    a settle() that came after them, as a CUDA event's time is known only once the GPU got there."""
+
+    class Stamp:
+        def __init__(self, t):
+            self._t, self.settled = t, False
+
+    def __init__(self):
+        self.pending = []
+
+    def now(self):
+        stamp = self.Stamp(time.perf_counter())
+        self.pending.append(stamp)
+        return stamp
+
+    def settle(self):
+        for stamp in self.pending:
+            stamp.settled = True
+        self.pending.clear()
+
+    def seconds(self, stamp):
+        assert stamp.settled, "a stamp read before the clock settled"
+        return stamp._t
+
+
+def test_recorder_reads_a_device_clock_only_after_settling():
+    # The same steps recorded twice, on the host's clock and on a deferred one: the Recorder resolves every stamp
+    # through the clock (a GPU's events cannot be subtracted), after settling, and both give a full account.
+    ids = torch.randint(5, 4000, (2, 32))
+    for clock in (step_profile.WallClock(), DeferredClock()):
+        model = replay.build_model("tiny", 4000, 32)
+        recorder = step_profile.Recorder(model, clock)
+        for _ in range(3):
+            recorder.forward_called()
+            out = model(input_ids=ids, labels=ids)
+            recorder.backward_started()
+            out.loss.backward()
+            model.zero_grad(set_to_none=True)
+            recorder.step_done(optimizer_s=0.0, data_s=0.0)
+        profile = recorder.profile(config="tiny")
+        assert [u["name"] for u in profile["units"]] == ["embeddings", "mapping_in"] + ["layer"] * 4 + \
+            ["mlm_head", "loss"]
+        assert all(u["forward_s"] > 0 and u["backward_s"] > 0 for u in profile["units"])
+
+
+def test_device_profile_accounts_for_the_step_and_fits_the_replay(tmp_path):
+    out = tmp_path / "profile.json"
+    subprocess.run([sys.executable, os.path.join(EXAMPLE, "device_profile.py"), "--device", "cpu", "--amp", "none",
+                    "--config", "tiny", "--batch", "2", "--seq-len", "32", "--vocab-size", "4000", "--warmup", "1",
+                    "--steps", "3", "--profiler-steps", "1", "--out", str(out)], check=True, timeout=300,
+                   stdout=subprocess.PIPE)
+    profile = step_profile.load(out)
+    assert profile["device"] == "cpu" and profile["steps"] == 3 and len(profile["trace"]) == 3
+    # The units partition the step: forward from the model's start to its end, backward from its start to the last
+    # gradient, then the optimizer; what is left is the hooks' own gaps (the call into the model, the return from
+    # backward), small beside the step.
+    accounted = step_profile.compute_s(profile) + profile["pre_forward_s"] + profile["post_forward_s"]
+    assert profile["recorded_step_s"] * 0.95 <= accounted <= profile["recorded_step_s"] * 1.0001
+    assert profile["optimizer_s"] > 0 and profile["data_s"] == 0
+    # The FLOPs are those of the replay's FLOPs profile for the same model and batch.
+    model = replay.build_model("tiny", 4000, 32)
+    assert profile["flops_per_step"] == step_profile.from_flops(model, 2, 32, "a100", 1.0, 0.0)["flops_per_step"]
+    # torch.profiler's second account: the operators' time in a step is less than the step.
+    assert 0 < profile["profiler"]["operator_s"] <= profile["profiler"]["step_s"]
+    # The replay takes it: every parameter in a unit (ReplayModel refuses a profile that does not fit the model).
+    replay.ReplayModel(model, profile, 1.0, grad_value=1.0)
