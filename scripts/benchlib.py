@@ -17,6 +17,21 @@ BUILD = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))  # as scripts/d
 LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 PEERS = os.path.join(ROOT, ".peers")  # Intel MPI and MPICH from PyPI, each in its own prefix (bench-peers)
+# Open MPI from Debian's packages unpacked under this root instead of the system's: the lent GPU machine has none
+# (scripts/dev/gpu-check unpacks them there). Its tools are then <collective>_perf_openmpi.
+OPENMPI_ROOT = os.environ.get("HIERCOLL_OPENMPI_ROOT", "")
+
+
+def openmpi_unpacked():
+    """(the Open MPI prefix to build the *_perf_openmpi tools against, the environment its mpirun needs) for the
+    packages unpacked under OPENMPI_ROOT. Debian's Open MPI relocates with OPAL_PREFIX; its PMIx, a package of its
+    own, finds its components through PMIX_MCA_mca_base_component_path."""
+    lib = os.path.join(OPENMPI_ROOT, "usr", "lib", "x86_64-linux-gnu")
+    env = {"OPAL_PREFIX": os.path.join(OPENMPI_ROOT, "usr"),
+           "PMIX_MCA_mca_base_component_path": os.path.join(lib, "pmix2", "lib", "pmix"),
+           "PATH": os.path.join(OPENMPI_ROOT, "usr", "bin") + ":" + os.environ.get("PATH", ""),
+           "LD_LIBRARY_PATH": lib + ":" + os.environ.get("LD_LIBRARY_PATH", "")}
+    return os.path.join(lib, "openmpi"), env
 
 
 def perf(collective):
@@ -86,7 +101,12 @@ def mpi_command(which, nodes, per_node, collective="allreduce"):
             env["MPIRUN_CLUSTER_BTL"] = "vader,tcp,self"
             cmd = [os.path.join(ROOT, "scripts", "emulation", "mpirun-cluster"), str(nodes), str(per_node), "--"]
         else:
-            cmd = ["mpirun", "--allow-run-as-root", "-np", str(ranks)]
+            mpirun = "mpirun"
+            if OPENMPI_ROOT:
+                mpirun = os.path.join(OPENMPI_ROOT, "usr", "bin", "mpirun.openmpi")
+                env.update(openmpi_unpacked()[1])
+                tool += "_openmpi"
+            cmd = [mpirun, "--allow-run-as-root", "-np", str(ranks)]
             cmd += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"] if oversubscribed else []
     elif which == "mpich":
         cmd = in_first_node + [os.path.join(PEERS, "mpich", "bin", "mpirun"), "-np", str(ranks)]
@@ -97,6 +117,10 @@ def mpi_command(which, nodes, per_node, collective="allreduce"):
                     "-ppn", str(per_node)]
             env.update(UCX_TLS="tcp,self", UCX_NET_DEVICES="hcnic0")
         tool += "_mpich"
+        # Its libmpi finds its own libfabric (newer than Debian's) through its runpath, which LD_LIBRARY_PATH comes
+        # before: where that names another libfabric (the lent GPU machine's unpacked packages), MPICH's goes first.
+        if env.get("LD_LIBRARY_PATH"):
+            env["LD_LIBRARY_PATH"] = os.path.join(PEERS, "mpich", "lib", "mpich") + ":" + env["LD_LIBRARY_PATH"]
         if oversubscribed:
             env.update(MPIR_CVAR_CH4_PROGRESS_THROTTLE="1", MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT="10")
     else:

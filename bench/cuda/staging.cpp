@@ -435,10 +435,17 @@ int main(int argc, char** argv) {
     for (DataType type : o.types)
       if (bytes % element_bytes(type) != 0) fail("--sizes: " + std::to_string(bytes) + " bytes is not whole elements");
   if (o.device) {
-    // No CUDA call in this process: the ranks are forked, and a CUDA context does not survive a fork. Whether there
-    // is a device is the first rank's to find out; a machine without one skips, as the CUDA tests do.
-    if (access("/dev/nvidiactl", F_OK) != 0) {
-      std::puts("SKIPPED: no NVIDIA device here (--memory host runs without one)");
+    // No CUDA call in this process: the ranks are forked, and a CUDA context does not survive a fork. A child asks
+    // whether there is a device; a machine without one skips, as the CUDA tests do.
+    const pid_t probe = fork();
+    if (probe == 0) {
+      int devices = 0;
+      std::_Exit(cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0 ? 0 : 77);
+    }
+    int status = 0;
+    if (probe < 0 || waitpid(probe, &status, 0) != probe || !WIFEXITED(status)) fail("the device probe failed");
+    if (WEXITSTATUS(status) != 0) {
+      std::puts("SKIPPED: no CUDA device here (--memory host runs without one)");
       return 77;
     }
   }
