@@ -178,6 +178,9 @@ class CommunicatorImpl {
   /// An operation of the queue's kind on the caller's thread, under the same rule: its finished Work, or nullopt
   /// (and `op` untouched) if it must be enqueued.
   std::optional<Work> run_here(Op& op);
+  /// A collective of host buffers on a communicator of one rank, on the caller's thread under the same rule: `bytes`
+  /// of `in` copied to `out` (nothing in place), recorded; its finished Work, or nullopt if it must be enqueued.
+  std::optional<Work> run_alone_here(const record::CollectiveName& name, void* out, const void* in, size_t bytes);
   /// The caller's turn to run an operation (run_here): taken only while the progress thread is idle with nothing
   /// queued or pending, and the communicator can still run operations; given back by end_caller_turn().
   bool take_caller_turn();

@@ -1,7 +1,9 @@
 // Single-process checks of the public API: a one-rank communicator, and input that must be refused
 // before anything is sent.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "hiercoll/hiercoll.hpp"
@@ -40,7 +42,31 @@ TEST_CASE("a one-rank communicator runs every collective as a copy", "[comm]") {
   std::fill(out.begin(), out.end(), 0);
   comm.alltoall(in.data(), out.data(), 3, DataType::kInt32).wait();
   CHECK(out == in);
+  std::fill(out.begin(), out.end(), 0);
+  comm.reduce(in.data(), out.data(), 3, DataType::kInt32, ReduceOp::kSum, 0).wait();
+  CHECK(out == in);
   comm.barrier().wait();
+
+  // In place nothing changes; an average of one rank is the input, and the input is left as it was.
+  std::vector<float> values = {1.5f, -2.25f, 3.0f}, reference = values, averaged(3);
+  comm.allreduce(values.data(), values.data(), 3, DataType::kFloat32, ReduceOp::kSum).wait();
+  CHECK(values == reference);
+  comm.allreduce(values.data(), averaged.data(), 3, DataType::kFloat32, ReduceOp::kAvg).wait();
+  CHECK(averaged == reference);
+  CHECK(values == reference);
+  // Each is in the record, done: these 9 and the start-up barrier.
+  const std::string record = comm.flight_record();
+  INFO(record);
+  CHECK(record.find("\"called\": 10") != std::string::npos);
+  CHECK(record.find("\"completed\": 10") != std::string::npos);
+  CHECK(record.find("\"state\": \"failed\"") == std::string::npos);
+  // Bad input is refused as on any communicator, and nothing is copied.
+  CHECK_THROWS_AS(comm.allreduce(in.data(), out.data(), 3, DataType::kInt32, ReduceOp::kAvg), InvalidUsageError);
+  // After abort() a collective fails rather than copying.
+  comm.abort();
+  std::fill(out.begin(), out.end(), 0);
+  CHECK_THROWS(comm.allreduce(in.data(), out.data(), 3, DataType::kInt32, ReduceOp::kSum).wait());
+  CHECK(out == std::vector<int32_t>(3, 0));
 }
 
 TEST_CASE("a provider that does not exist is a FabricError naming it", "[comm]") {
