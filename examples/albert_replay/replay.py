@@ -43,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--accelerator", choices=sorted(step_profile.PEAK_TFLOPS), default="a100")
     p.add_argument("--mfu", type=float, default=0.35, help="model FLOPs utilisation of the accelerator's peak")
     p.add_argument("--optimizer-ms", type=float, default=1.0, help="optimizer step on the accelerator (FLOPs profile)")
+    p.add_argument("--compute-scale", type=float, default=1.0,
+                   help="multiply a recorded profile's times by this (another accelerator's speed: "
+                        "step_profile.scaled)")
     p.add_argument("--dilation", type=float, default=1.0, help="compute times multiplied by this (links divided by "
                                                                "it outside: scripts/emulation/cluster)")
     p.add_argument("--steps", type=int, default=6, help="steps; the first (DDP's bucket rebuild) is not timed")
@@ -55,6 +58,8 @@ def parse_args(argv=None):
         raise SystemExit("--steps must be at least 2 (the first is not timed)")
     if args.dilation <= 0:
         raise SystemExit("--dilation must be positive")
+    if args.compute_scale <= 0 or (args.compute_scale != 1.0 and not args.profile):
+        raise SystemExit("--compute-scale must be positive, and is for a recorded profile (--profile)")
     return args
 
 
@@ -128,6 +133,8 @@ def main(args):
 
     if args.profile:
         profile = step_profile.load(args.profile.format(rank=rank))
+        if args.compute_scale != 1.0:
+            profile = step_profile.scaled(profile, args.compute_scale)
         config = profile.get("config", args.config)
         vocab, seq_len, batch = (profile.get(k, d) for k, d in (("vocab_size", args.vocab_size),
                                                                  ("seq_len", args.seq_len), ("batch", args.batch)))

@@ -235,5 +235,20 @@ def load(path):
         return json.load(f)
 
 
+def scaled(profile, factor):
+    """The profile with every time (units, optimizer, data, and each step of its trace) multiplied by `factor`: one
+    device's recorded step at another's speed, at the same utilisation (e.g. an H200's bf16 profile on an A100:
+    factor = 989 / 312, peak over peak)."""
+    out = dict(profile, units=[dict(u, forward_s=u["forward_s"] * factor, backward_s=u["backward_s"] * factor)
+                               for u in profile["units"]],
+               optimizer_s=profile["optimizer_s"] * factor, data_s=profile["data_s"] * factor,
+               source=f"{profile['source']}, times x {factor:.3g}")
+    if profile.get("trace"):
+        out["trace"] = [dict(step, units=[[f * factor, b * factor] for f, b in step["units"]],
+                             optimizer_s=step["optimizer_s"] * factor, data_s=step["data_s"] * factor)
+                        for step in profile["trace"]]
+    return out
+
+
 def compute_s(profile):
     return sum(u["forward_s"] + u["backward_s"] for u in profile["units"]) + profile["optimizer_s"]

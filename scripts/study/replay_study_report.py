@@ -20,6 +20,8 @@ SIM = os.path.join(BUILD, "bench", "hiercoll_sim")
 SEED_P4D = {2: 0.14, 4: 0.33, 8: 0.35, 16: 0.32}
 NETWORKS = {"p4d": "p4d.24xlarge: 8 A100 (312 TFLOPS bf16 peak), 4 x 100 Gbit/s EFA",
             "p3dn": "p3dn.24xlarge: 8 V100 (125 TFLOPS fp16 peak), 100 Gbit/s EFA"}
+# The network alone, for runs whose compute comes from a recorded profile rather than the instance's accelerator.
+LINKS = {"p4d": "p4d.24xlarge's network: 4 x 100 Gbit/s EFA", "p3dn": "p3dn.24xlarge's network: 100 Gbit/s EFA"}
 BACKEND_NAMES = {"hiercoll": "hiercoll (auto)", "hiercoll+hier": "hiercoll hierarchical",
                  "hiercoll+sharded": "hiercoll sharded servers", "hiercoll+ring": "hiercoll ring",
                  "gloo": "DDP on gloo", "mpi": "DDP on Open MPI"}
@@ -108,7 +110,8 @@ def network_table(runs, net, config):
     nodes_list = sorted({k[1] for k in m})
     backends = [b for b in BACKEND_NAMES if any(k[2] == b for k in m)]
     per_node = any_run["per_node"]
-    lines = [f"**{net}, ALBERT-{config}** ({NETWORKS[net]}): each emulated node's link {any_run['link_mbit']:g} Mbit/s = "
+    hardware = NETWORKS[net] if any_run["profile"].startswith("flops") else LINKS[net]
+    lines = [f"**{net}, ALBERT-{config}** ({hardware}): each emulated node's link {any_run['link_mbit']:g} Mbit/s = "
              f"{any_run['link_mbit'] * any_run['dilation'] / 1000:g} Gbit/s / D, compute x D, D = "
              f"{any_run['dilation']:g}; {per_node} ranks per node"
              + (f", {any_run['rails']} NICs per node of {any_run['link_mbit'] / any_run['rails']:g} Mbit/s each"

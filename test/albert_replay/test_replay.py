@@ -151,9 +151,12 @@ def test_two_ranks_replay_a_recorded_trace(tmp_path):
     profile = recorder.profile(config="tiny", vocab_size=4000, seq_len=32, batch=2)
     assert len(profile["trace"]) == 2  # the first step is warm-up
     step_profile.save(profile, tmp_path / "recorded.json")
-    summary = torchrun(["--profile", tmp_path / "recorded.json", "--steps", "3", "--backend", "hiercoll"])
-    assert summary["profile"] == "recorded (its trace)" and summary["batch"] == 2 and summary["seq_len"] == 32
-    assert summary["step_s"] >= min(step_profile.compute_s(dict(profile, units=[
+    # At twice the recorded times (--compute-scale: another accelerator's speed).
+    summary = torchrun(["--profile", tmp_path / "recorded.json", "--steps", "3", "--backend", "hiercoll",
+                        "--compute-scale", "2"])
+    assert summary["profile"] == "recorded, times x 2 (its trace)" and summary["batch"] == 2
+    assert summary["seq_len"] == 32
+    assert summary["step_s"] >= 2 * min(step_profile.compute_s(dict(profile, units=[
         {"forward_s": f, "backward_s": b} for f, b in step["units"]], optimizer_s=step["optimizer_s"]))
         for step in profile["trace"])
 
@@ -202,6 +205,20 @@ def test_recorder_reads_a_device_clock_only_after_settling():
         assert [u["name"] for u in profile["units"]] == ["embeddings", "mapping_in"] + ["layer"] * 4 + \
             ["mlm_head", "loss"]
         assert all(u["forward_s"] > 0 and u["backward_s"] > 0 for u in profile["units"])
+
+
+def test_scaled_profile_multiplies_every_time():
+    profile = {"source": "recorded", "units": [{"name": "a", "params": [], "forward_s": 0.002, "backward_s": 0.004},
+                                               {"name": "b", "params": [], "forward_s": 0.001, "backward_s": 0.003}],
+               "optimizer_s": 0.0005, "data_s": 0.0001,
+               "trace": [{"units": [[0.002, 0.004], [0.001, 0.003]], "optimizer_s": 0.0005, "data_s": 0.0001}]}
+    out = step_profile.scaled(profile, 3.0)
+    assert step_profile.compute_s(out) == pytest.approx(3.0 * step_profile.compute_s(profile))
+    assert out["data_s"] == pytest.approx(0.0003)
+    assert out["trace"][0]["units"] == [pytest.approx([0.006, 0.012]), pytest.approx([0.003, 0.009])]
+    assert out["trace"][0]["optimizer_s"] == pytest.approx(0.0015)
+    assert profile["units"][0]["forward_s"] == 0.002  # the original is left as it was
+    assert out["source"].startswith("recorded")
 
 
 def test_device_profile_accounts_for_the_step_and_fits_the_replay(tmp_path):
