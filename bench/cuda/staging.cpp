@@ -1,32 +1,37 @@
 // Host staging against a rail: whether the host can feed a network rail when device buffers cross nodes through
 // pinned host memory (docs/gpu.md, "Host staging"). Per local rank and piece, the three things the inter-node phase
 // adds on a GPU: the shard copied to pinned host memory (D2H), reduced on the CPU with what the network brought (a
-// second pinned source, the library's own kernels), copied back (H2D). Ranks are processes sharing the GPU and the
+// second pinned source, the library's own kernels; the inter-node ring's reductions come to (N-1)/N of one such pass
+// per byte of shard), copied back (H2D). Ranks are processes sharing the GPU and the
 // host's cores, each bound to its own CPU as hiercoll_launch binds them; every stage runs on all of them at once.
 //
 //   hiercoll_cuda_staging [--ranks 1,2,4,8] [--sizes 1M:64M] [--types fp32,bf16] [--bytes 512M] [--memory device|host]
 //
-// Per rank count, type and piece size, GB/s of piece per rank (the slowest rank's; the node's is that times the
-// ranks): each stage alone, then the three pipelined as the library runs them (one stream: the D2H of piece p+1 is
+// Per rank count, type and piece size, GB/s of piece per rank (the slowest rank's; the node's columns sum every
+// rank's): each stage alone, then the three pipelined as the library runs them (one stream: the D2H of piece p+1 is
 // enqueued before the host works on piece p, whose H2D follows on the same stream, so the two directions take
 // turns) and with a stream per direction (the two copy engines at once: the ceiling). Each figure moves --bytes per
 // rank after one piece of warm-up. Every piece that came back is checked against the sums computed here.
 // --memory host replaces the device by host memory and the copies by memcpy (no GPU needed: how CI runs it).
 #include <cuda_runtime_api.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -125,6 +130,17 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// A futex on a word of the shared mapping (no FUTEX_PRIVATE_FLAG: the ranks are processes): blocks while `word`
+// holds `value`, until a wake or `timeout`.
+void futex_wait(std::atomic<int>& word, int value, std::chrono::milliseconds timeout) {
+  const timespec limit{static_cast<time_t>(timeout.count() / 1000),
+                       static_cast<long>(timeout.count() % 1000) * 1000000};
+  syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT, value, &limit, nullptr, 0);
+}
+void futex_wake_all(std::atomic<int>& word) {
+  syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
 // What the ranks share: a barrier that gives up (a rank that died must not leave the others waiting forever), and
 // after it every rank's figures: seconds()[(rank * cases + case) * kStages + stage], in the mapping after it.
 struct Shared {
@@ -135,21 +151,27 @@ struct Shared {
 };
 Shared* g_shared = nullptr;  // this process's view, for fail()
 void mark_failed() {
-  if (g_shared) g_shared->failed.store(1);
+  if (!g_shared) return;
+  g_shared->failed.store(1);
+  futex_wake_all(g_shared->generation);
 }
 
+// Waits for every rank: a few yields (the ranks of a stage end together), then asleep in the kernel until the last
+// one wakes them, or a failure does (a failing rank, or the parent when one died, wakes the generation word).
 void barrier(Shared& shared, int ranks) {
   const int generation = shared.generation.load();
   if (shared.arrived.fetch_add(1) + 1 == ranks) {
     shared.arrived.store(0);
     shared.generation.fetch_add(1);
+    futex_wake_all(shared.generation);
     return;
   }
   const auto deadline = Clock::now() + kBarrierTimeout;
-  while (shared.generation.load() == generation) {
+  for (int turn = 0; shared.generation.load() == generation; ++turn) {
     if (shared.failed.load() != 0) std::_Exit(1);  // another rank failed: its message says why
     if (Clock::now() > deadline) fail("a rank did not reach the barrier within 120 s");
-    std::this_thread::yield();
+    if (turn < 64) std::this_thread::yield();
+    else futex_wait(shared.generation, generation, std::chrono::milliseconds(500));
   }
 }
 
@@ -392,11 +414,17 @@ std::string human(size_t bytes) {
 
 // Runs `ranks` processes; false if one failed or they ran past `limit`.
 bool run_ranks(const Options& o, Shared& shared, int ranks, const std::vector<int>& cpus) {
+  // SIGCHLD blocked, so that the parent sleeps in sigtimedwait until a rank ends or the deadline passes.
+  sigset_t child;
+  sigemptyset(&child);
+  sigaddset(&child, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &child, nullptr);
   std::vector<pid_t> children;
   for (int r = 0; r < ranks; ++r) {
     const pid_t pid = fork();
     if (pid < 0) fail("fork failed");
     if (pid == 0) {
+      sigprocmask(SIG_UNBLOCK, &child, nullptr);
       rank_main(o, shared, r, ranks, cpus[r % cpus.size()]);
       std::_Exit(0);
     }
@@ -407,23 +435,35 @@ bool run_ranks(const Options& o, Shared& shared, int ranks, const std::vector<in
   size_t left = children.size();
   while (left > 0) {
     int status = 0;
-    const pid_t done = waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
+    pid_t done;
+    while (left > 0 && (done = waitpid(-1, &status, WNOHANG)) > 0) {
       --left;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        const auto rank = std::find(children.begin(), children.end(), done) - children.begin();
+        if (ok) {  // the first to end badly; the others leave because of it
+          std::fprintf(stderr, "hiercoll_cuda_staging: rank %td of %d %s %d\n", rank, ranks,
+                       WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        }
         ok = false;
-        shared.failed.store(1);  // the others leave their next barrier
+        shared.failed.store(1);  // the others leave their barrier
+        futex_wake_all(shared.generation);
       }
-    } else if (Clock::now() > deadline) {
+    }
+    if (left == 0) break;
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (remaining <= 0) {
       std::fprintf(stderr, "hiercoll_cuda_staging: %d ranks ran past 10 minutes; stopping them\n", ranks);
       for (pid_t pid : children) kill(pid, SIGKILL);
       while (waitpid(-1, nullptr, 0) > 0) {
       }
-      return false;
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the parent only waits: no hurry
+      ok = false;
+      break;
     }
+    const timespec limit{static_cast<time_t>(remaining / 1000), static_cast<long>(remaining % 1000) * 1000000};
+    sigtimedwait(&child, nullptr, &limit);  // a rank ended (or the deadline): reap above
   }
+  sigprocmask(SIG_UNBLOCK, &child, nullptr);
   return ok;
 }
 
