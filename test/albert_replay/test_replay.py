@@ -242,3 +242,20 @@ def test_device_profile_accounts_for_the_step_and_fits_the_replay(tmp_path):
     assert 0 < profile["profiler"]["operator_s"] <= profile["profiler"]["step_s"]
     # The replay takes it: every parameter in a unit (ReplayModel refuses a profile that does not fit the model).
     replay.ReplayModel(model, profile, 1.0, grad_value=1.0)
+
+
+def test_device_operator_time_counts_each_kernel_once():
+    # torch.profiler's averages on a GPU: an operator's self device time is its kernels' time again, so the total
+    # comes from the device's own events and the operators only rank.
+    import device_profile
+    from types import SimpleNamespace as Event
+
+    events = [Event(key="aten::mm", self_device_time_total=300.0, device_type="DeviceType.CPU"),
+              Event(key="aten::add", self_device_time_total=100.0, device_type="DeviceType.CPU"),
+              Event(key="sm90_gemm_kernel", self_device_time_total=300.0, device_type="DeviceType.CUDA"),
+              Event(key="elementwise_kernel", self_device_time_total=100.0, device_type="DeviceType.CUDA"),
+              Event(key="Memcpy HtoD", self_device_time_total=20.0, device_type="DeviceType.CUDA")]
+    profiler = Event(key_averages=lambda: events)
+    total, top = device_profile.operator_s(profiler, 2, on_device=True)
+    assert total == pytest.approx(420e-6 / 2)
+    assert top == [["aten::mm", pytest.approx(150e-6)], ["aten::add", pytest.approx(50e-6)]]
