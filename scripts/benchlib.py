@@ -34,6 +34,19 @@ def openmpi_unpacked():
     return os.path.join(lib, "openmpi"), env
 
 
+def physical_cores():
+    """Cores this process may run on, hyperthreads of one core counted once (sysfs' thread siblings); the CPU count
+    where sysfs does not say."""
+    siblings = set()
+    for cpu in os.sched_getaffinity(0):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                siblings.add(f.read().strip())
+        except OSError:
+            return len(os.sched_getaffinity(0))
+    return len(siblings)
+
+
 def perf(collective):
     return os.path.join(BUILD, "bench", f"{collective}_perf")
 
@@ -108,6 +121,8 @@ def mpi_command(which, nodes, per_node, collective="allreduce"):
                 tool += "_openmpi"
             cmd = [mpirun, "--allow-run-as-root", "-np", str(ranks)]
             cmd += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"] if oversubscribed else []
+            # Open MPI's slots are cores: ranks on every hyperthread of a machine need its hardware threads counted.
+            cmd += ["--use-hwthread-cpus"] if not oversubscribed and ranks > physical_cores() else []
     elif which == "mpich":
         cmd = in_first_node + [os.path.join(PEERS, "mpich", "bin", "mpirun"), "-np", str(ranks)]
         if nodes > 1:
