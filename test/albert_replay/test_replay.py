@@ -259,3 +259,20 @@ def test_device_operator_time_counts_each_kernel_once():
     total, top = device_profile.operator_s(profiler, 2, on_device=True)
     assert total == pytest.approx(420e-6 / 2)
     assert top == [["aten::mm", pytest.approx(150e-6)], ["aten::add", pytest.approx(50e-6)]]
+
+
+def test_compare_profiles_against_flops_reads_a_known_difference():
+    # A "recorded" profile that is the FLOPs profile at half the speed: every unit's ratio reads 2.00, backward over
+    # forward stays the FLOPs profile's 2, and the utilisation halves.
+    import compare_profiles
+
+    model = replay.build_model("tiny", 4000, 32)
+    flops = step_profile.from_flops(model, 2, 32, "a100", 0.35, 0.001)
+    recorded = step_profile.scaled(dict(flops, source="recorded"), 2.0)
+    text, summary = compare_profiles.table(recorded, flops, "a100")
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| layer |")]
+    assert rows and rows[0][3] == "2.00" and rows[0][6].rstrip(" |") == "2.00"
+    assert summary["recorded_ms"] == pytest.approx(2 * summary["flops_based_ms"])
+    assert summary["backward_over_forward_recorded"] == pytest.approx(2.0)
+    assert summary["utilisation_at_peak"] == pytest.approx(
+        flops["flops_per_step"] / (2 * step_profile.compute_s(flops)) / 312e12)
