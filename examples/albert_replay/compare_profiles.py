@@ -20,18 +20,8 @@ import step_profile  # noqa: E402
 from train import build_model  # noqa: E402
 
 
-def by_kind(profile):
-    """{unit kind: (forward_s, backward_s)} in forward order, a shared layer's calls ("layer.3") summed."""
-    kinds = {}
-    for u in profile["units"]:
-        key = u["name"].split(".")[0]
-        f, b = kinds.get(key, (0.0, 0.0))
-        kinds[key] = (f + u["forward_s"], b + u["backward_s"])
-    return kinds
-
-
 def table(recorded, flops, accelerator):
-    rec, est = by_kind(recorded), by_kind(flops)
+    rec, est = step_profile.by_kind(recorded), step_profile.by_kind(flops)
     ms = 1e3
     lines = ["| unit | FLOPs-based forward (ms) | recorded forward (ms) | ratio | FLOPs-based backward (ms) | "
              "recorded backward (ms) | ratio |", "|---|---|---|---|---|---|---|"]

@@ -181,10 +181,7 @@ def main(args):
             step_profile.save(profile, args.out)
         except Exception as e:  # noqa: BLE001 (another torch release's profiler API: the profile stands without it)
             print(f"device_profile: torch.profiler's account failed: {e!r}", file=sys.stderr)
-    units = {}
-    for u in profile["units"]:  # the shared layer's calls as one line
-        key = u["name"].split(".")[0]
-        units[key] = [a + b for a, b in zip(units.get(key, [0.0, 0.0]), [u["forward_s"], u["backward_s"]])]
+    units = step_profile.by_kind(profile)  # the shared layer's calls as one line
     print(json.dumps({"summary": True, "device": name, "config": args.config, "batch": args.batch,
                       "compute_ms": round(compute_s * 1e3, 3),
                       "step_ms": round(profile["recorded_step_s"] * 1e3, 3),

@@ -250,5 +250,16 @@ def scaled(profile, factor):
     return out
 
 
+def by_kind(profile):
+    """{unit kind: (forward_s, backward_s)} in forward order, a module's several calls summed (the shared layer's:
+    "layer" in a recorded profile, "layer.3" in a FLOPs one)."""
+    kinds = {}
+    for u in profile["units"]:
+        key = u["name"].split(".")[0]
+        f, b = kinds.get(key, (0.0, 0.0))
+        kinds[key] = (f + u["forward_s"], b + u["backward_s"])
+    return kinds
+
+
 def compute_s(profile):
     return sum(u["forward_s"] + u["backward_s"] for u in profile["units"]) + profile["optimizer_s"]

@@ -42,6 +42,17 @@ def ready_after(model, run_backward, unit_outputs_hook):
     return ready
 
 
+def record_steps(recorder, model, ids, steps, **step_done):
+    """`steps` real forward and backward passes of `model` on `ids`, each told to `recorder` as a trainer does."""
+    for _ in range(steps):
+        recorder.forward_called()
+        out = model(input_ids=ids, labels=ids)
+        recorder.backward_started()
+        out.loss.backward()
+        model.zero_grad(set_to_none=True)
+        recorder.step_done(**step_done)
+
+
 def test_replay_hands_each_gradient_over_when_real_autograd_completes_it():
     # Reference: the real model's autograd, the shared layer called 3 times, the decoder tied to the embeddings.
     model = small_model()
@@ -59,17 +70,12 @@ def test_replay_hands_each_gradient_over_when_real_autograd_completes_it():
     # The replay of the same model, from a profile the Recorder took of one real step.
     model = small_model()
     recorder = step_profile.Recorder(model)
-    recorder.forward_called()
-    out = model(input_ids=ids, labels=ids)
-    recorder.backward_started()
-    out.loss.backward()
-    recorder.step_done(optimizer_s=0.0, data_s=0.0)
+    record_steps(recorder, model, ids, 1, optimizer_s=0.0, data_s=0.0)
     profile = recorder.profile(skip=0)
     recorder.close()
     assert [u["name"] for u in profile["units"]] == ["embeddings", "mapping_in", "layer", "layer", "layer",
                                                     "mlm_head", "loss"]
     assert all(u["forward_s"] >= 0 and u["backward_s"] >= 0 for u in profile["units"])
-    model.zero_grad(set_to_none=True)
     replayed = replay.ReplayModel(model, profile, dilation=0.0, grad_value=1.0)
     original = replay.SleepThrough.backward
 
@@ -140,14 +146,8 @@ def test_two_ranks_replay_a_recorded_trace(tmp_path):
     # A profile recorded from real steps of the tiny model, replayed step by step on 2 ranks.
     model = replay.build_model("tiny", 4000, 32)
     recorder = step_profile.Recorder(model)
-    ids = torch.randint(5, 4000, (2, 32))
-    for _ in range(3):
-        recorder.forward_called()
-        out = model(input_ids=ids, labels=ids)
-        recorder.backward_started()
-        out.loss.backward()
-        model.zero_grad(set_to_none=True)
-        recorder.step_done(optimizer_s=0.002, data_s=0.001, step_s=0.0, comm_wait_s=0.0)
+    record_steps(recorder, model, torch.randint(5, 4000, (2, 32)), 3,
+                 optimizer_s=0.002, data_s=0.001, step_s=0.0, comm_wait_s=0.0)
     profile = recorder.profile(config="tiny", vocab_size=4000, seq_len=32, batch=2)
     assert len(profile["trace"]) == 2  # the first step is warm-up
     step_profile.save(profile, tmp_path / "recorded.json")
@@ -194,13 +194,7 @@ def test_recorder_reads_a_device_clock_only_after_settling():
     for clock in (step_profile.WallClock(), DeferredClock()):
         model = replay.build_model("tiny", 4000, 32)
         recorder = step_profile.Recorder(model, clock)
-        for _ in range(3):
-            recorder.forward_called()
-            out = model(input_ids=ids, labels=ids)
-            recorder.backward_started()
-            out.loss.backward()
-            model.zero_grad(set_to_none=True)
-            recorder.step_done(optimizer_s=0.0, data_s=0.0)
+        record_steps(recorder, model, ids, 3, optimizer_s=0.0, data_s=0.0)
         profile = recorder.profile(config="tiny")
         assert [u["name"] for u in profile["units"]] == ["embeddings", "mapping_in"] + ["layer"] * 4 + \
             ["mlm_head", "loss"]
