@@ -38,6 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/env.hpp"
+#include "hiercoll/errors.hpp"
 #include "hiercoll/types.hpp"
 #include "reduce/reduce.hpp"
 
@@ -72,13 +74,16 @@ void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) fail(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-size_t parse_size(const std::string& text) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  const std::string unit(end);
-  const size_t scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 0;
-  if (end == text.c_str() || scale == 0 || value == 0) fail("'" + text + "' is not a size (a number, then K, M or G)");
-  return value * scale;
+// A byte count with an optional K, M or G (base::parse_bytes, as the library's knobs), not zero.
+size_t parse_size(const std::string& text, const char* what) {
+  size_t bytes = 0;
+  try {
+    bytes = base::parse_bytes(text, what);
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  if (bytes == 0) fail(std::string(what) + ": '" + text + "' is not a size (a number, then K, M or G)");
+  return bytes;
 }
 
 std::vector<std::string> split(const std::string& text, char by) {
@@ -114,7 +119,7 @@ Options parse(int argc, char** argv) {
         else fail("--types: '" + t + "' is not fp32 or bf16");
       }
     } else if (arg == "--bytes") {
-      o.bytes = parse_size(value);
+      o.bytes = parse_size(value, "--bytes");
     } else if (arg == "--memory") {
       if (value != "device" && value != "host") fail("--memory: '" + value + "' is not device or host");
       o.device = value == "device";
@@ -124,7 +129,7 @@ Options parse(int argc, char** argv) {
   }
   const auto range = split(sizes, ':');
   if (range.size() > 2) fail("--sizes: '" + sizes + "' is not SIZE or FIRST:LAST");
-  const size_t first = parse_size(range[0]), last = parse_size(range.back());
+  const size_t first = parse_size(range[0], "--sizes"), last = parse_size(range.back(), "--sizes");
   if (first > last) fail("--sizes: " + sizes + " runs backwards");
   for (size_t s = first; s <= last; s *= 2) o.sizes.push_back(s);
   return o;
@@ -132,9 +137,12 @@ Options parse(int argc, char** argv) {
 
 // A futex on a word of the shared mapping (no FUTEX_PRIVATE_FLAG: the ranks are processes): blocks while `word`
 // holds `value`, until a wake or `timeout`.
+timespec timespec_of(std::chrono::milliseconds span) {
+  return {static_cast<time_t>(span.count() / 1000), static_cast<long>(span.count() % 1000) * 1000000};
+}
+
 void futex_wait(std::atomic<int>& word, int value, std::chrono::milliseconds timeout) {
-  const timespec limit{static_cast<time_t>(timeout.count() / 1000),
-                       static_cast<long>(timeout.count() % 1000) * 1000000};
+  const timespec limit = timespec_of(timeout);
   syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT, value, &limit, nullptr, 0);
 }
 void futex_wake_all(std::atomic<int>& word) {
@@ -451,8 +459,8 @@ bool run_ranks(const Options& o, Shared& shared, int ranks, const std::vector<in
       }
     }
     if (left == 0) break;
-    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (remaining <= 0) {
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (remaining.count() <= 0) {
       std::fprintf(stderr, "hiercoll_cuda_staging: %d ranks ran past 10 minutes; stopping them\n", ranks);
       for (pid_t pid : children) kill(pid, SIGKILL);
       while (waitpid(-1, nullptr, 0) > 0) {
@@ -460,7 +468,7 @@ bool run_ranks(const Options& o, Shared& shared, int ranks, const std::vector<in
       ok = false;
       break;
     }
-    const timespec limit{static_cast<time_t>(remaining / 1000), static_cast<long>(remaining % 1000) * 1000000};
+    const timespec limit = timespec_of(remaining);
     sigtimedwait(&child, nullptr, &limit);  // a rank ended (or the deadline): reap above
   }
   sigprocmask(SIG_UNBLOCK, &child, nullptr);
