@@ -348,13 +348,15 @@ def probe_link():
     return lat, bw
 
 
-def predict(nodes, local, link, byte_list):
+def predict(nodes, local, link, byte_list, ranks_per_cpu=1.0):
     """hiercoll_sim's allreduce times (s) by (bytes, algorithm) on nodes x local ranks over `link` (probe_link's),
-    shared memory at 4 GB/s and 20 µs per rank."""
+    shared memory at 4 GB/s and 20 µs per rank, `ranks_per_cpu` ranks sharing each core (the model's CPU term, at
+    its default overhead per message)."""
     lat_us, gbps = link
     out = run([os.path.join(BUILD, "bench", "hiercoll_sim"), "allreduce", "--nodes", str(nodes), "--local", str(local),
                "--bytes", ",".join(str(b) for b in byte_list), "--net-gbps", str(gbps), "--net-lat-us", str(lat_us),
-               "--intra-gbps", "4", "--intra-lat-us", "20", "--piece-bytes", "2M"])
+               "--intra-gbps", "4", "--intra-lat-us", "20", "--piece-bytes", "2M",
+               "--ranks-per-cpu", str(ranks_per_cpu)])
     result = {}
     for line in out.splitlines()[1:]:
         n, l, b, algo, seconds, _ = line.split(",")

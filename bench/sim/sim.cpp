@@ -5,8 +5,9 @@
 //   hiercoll_sim allreduce --nodes 2,4 --local 8 --bytes 1M,64M [link flags]      -> CSV rows
 //   hiercoll_sim albert --nodes 1,2,4,8,16 [--compute-ms 250] [--grad-mb 46.8] [--sharded-net-gbps G] [link flags]
 // Link flags: --intra-gbps (per-rank intra-node bandwidth, GB/s) --intra-lat-us --net-gbps (per-node network
-// bandwidth over all NICs, GB/s) --net-lat-us. Defaults: a p4d-like node, 8 x A100 on NVLink (150 GB/s,
-// 5 us) and 4 x 100 Gb/s EFA at the ~12.5 GB/s NCCL reached over it (30 us).
+// bandwidth over all NICs, GB/s) --net-lat-us --net-overhead-us (CPU per message sent or received) --ranks-per-cpu
+// (ranks sharing each core; 1: a core each). Defaults: a p4d-like node, 8 x A100 on NVLink (150 GB/s, 5 us) and
+// 4 x 100 Gb/s EFA at the ~12.5 GB/s NCCL reached over it (30 us), HIERCOLL_NET_OVERHEAD_US's default, a core each.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "--intra-lat-us") o.model.shm.latency_us = std::atof(value.c_str());
     else if (flag == "--net-gbps") o.model.net.bandwidth_gbps = std::atof(value.c_str());
     else if (flag == "--net-lat-us") o.model.net.latency_us = std::atof(value.c_str());
+    else if (flag == "--net-overhead-us") o.model.net.overhead_us = std::atof(value.c_str());
+    else if (flag == "--ranks-per-cpu") o.model.ranks_per_cpu = std::atof(value.c_str());
     else if (flag == "--piece-bytes") o.model.shm_piece_bytes = static_cast<size_t>(parse_list(value, true)[0]);
     else if (flag == "--compute-ms") o.compute_ms = std::atof(value.c_str());
     else if (flag == "--grad-mb") o.grad_mb = std::atof(value.c_str());

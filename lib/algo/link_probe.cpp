@@ -1,6 +1,9 @@
 // The link probe (select.hpp): two ranks on different nodes measure the fabric between them once, at start-up,
 // and every rank gets their figures.
 //   latency:   the median of kRoundTrips 8-byte round trips, halved;
+//   overhead:  kBurst 8-byte messages posted at once from a to b, closed by an acknowledgement: (elapsed - one round
+//              trip) / kBurst, the median of kBursts; the per-message gap of whichever end is slower, which their
+//              CPUs pay one message after another however many are in flight (the sharded servers' n-1);
 //   bandwidth: `bytes` streamed from a to b as the pipelines send (chunks of the pipeline size, `slots` in
 //              flight: over RxM that is its eager size, see CommunicatorImpl::fit_chunks_to_provider), closed by
 //              an 8-byte acknowledgement: bytes / (elapsed - one round trip).
@@ -18,6 +21,8 @@ namespace {
 
 constexpr int kRoundTrips = 16;
 constexpr int kWarmUps = 2;
+constexpr int kBurst = 32;
+constexpr int kBursts = 5;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -40,6 +45,27 @@ LinkFigures measure(Channel& pair, size_t bytes) {
   }
   std::nth_element(trips.begin(), trips.begin() + kRoundTrips / 2, trips.end());
   const double round_trip = trips[kRoundTrips / 2];
+
+  std::vector<uint64_t> words(kBurst);
+  std::vector<RequestPtr> burst(kBurst);
+  std::vector<double> gaps;
+  for (int b = 0; b < kBursts; ++b) {
+    const auto start = Clock::now();
+    for (int m = 0; m < kBurst; ++m, ++step) {
+      burst[m] = me == 0 ? pair.send(peer, step, &words[m], sizeof(uint64_t))
+                         : pair.recv(peer, step, &words[m], sizeof(uint64_t));
+    }
+    for (RequestPtr& request : burst) pair.wait(request);
+    if (me == 0) {
+      pair.wait(pair.recv(peer, step, &word, sizeof(word)));
+    } else {
+      pair.wait(pair.send(peer, step, &word, sizeof(word)));
+    }
+    ++step;
+    gaps.push_back(std::max(seconds_since(start) - round_trip, 0.0) / kBurst);
+  }
+  std::nth_element(gaps.begin(), gaps.begin() + kBursts / 2, gaps.end());
+  const double gap = gaps[kBursts / 2];
 
   const size_t chunk = std::max<size_t>(1, pair.config().chunk_bytes);
   const size_t slots = static_cast<size_t>(std::max(1, pair.config().slots));
@@ -66,6 +92,7 @@ LinkFigures measure(Channel& pair, size_t bytes) {
   const double elapsed = seconds_since(start);
   LinkFigures figures;
   figures.latency_us = round_trip / 2 * 1e6;
+  figures.overhead_us = gap * 1e6;
   figures.bandwidth_gbps = static_cast<double>(bytes) / std::max(elapsed - round_trip, 1e-9) / 1e9;
   return figures;
 }
@@ -73,7 +100,7 @@ LinkFigures measure(Channel& pair, size_t bytes) {
 }  // namespace
 
 LinkFigures probe_link(Channel& ch, int a, int b, size_t bytes) {
-  double figures[2] = {0, 0};
+  double figures[3] = {0, 0, 0};
   if (ch.rank() == a || ch.rank() == b) {
     const std::vector<int> ends = {ch.world_rank(a), ch.world_rank(b)};
     Channel pair = ch.subgroup(ends, ch.rank() == a ? 0 : 1, 0);
@@ -82,6 +109,7 @@ LinkFigures probe_link(Channel& ch, int a, int b, size_t bytes) {
     const LinkFigures measured = measure(pair, std::min(std::max<size_t>(bytes, 1), most));
     figures[0] = measured.latency_us;
     figures[1] = measured.bandwidth_gbps;
+    figures[2] = measured.overhead_us;
   }
   // From a to everyone, on steps of their own, so that every rank's cost model (and so every choice) is the same.
   std::vector<int> all;
@@ -91,6 +119,7 @@ LinkFigures probe_link(Channel& ch, int a, int b, size_t bytes) {
   LinkFigures result;
   result.latency_us = figures[0];
   result.bandwidth_gbps = figures[1];
+  result.overhead_us = figures[2];
   return result;
 }
 

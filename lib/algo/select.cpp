@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "algo/hierarchy.hpp"
 #include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 
@@ -63,81 +64,127 @@ Algorithm forced_algorithm(const std::string& name) {
 
 namespace {
 
-// Flat ring over n ranks: 2(n-1) steps of S/n each; every step crosses the fabric.
-double ring_over(const LinkFigures& net, double bytes, int n) {
-  if (n == 1) return 0;
-  return 2.0 * (n - 1) * net.seconds(bytes / n);
+// What one collective costs: the alpha-beta time of its steps, and the messages its ranks send and receive, whose
+// overhead a rank's CPU pays one after another: `messages` a rank on average, `busiest` the most any one rank
+// handles (the same for all but the sharded servers of a buffer too small to give every server a part). Ranks that
+// share cores share their work: `active` is the share of the ranks on a rank's cores that send at the same time
+// (1/L where one rank per node crosses the network).
+struct Exchange {
+  double seconds = 0;
+  double messages = 0;
+  double busiest = 0;
+  double at(const CostModel& m, double active = 1) const {
+    const double contention = std::max(1.0, m.ranks_per_cpu * active);
+    return std::max(seconds, std::max(contention * messages, busiest) * m.net.overhead_us * 1e-6);
+  }
+};
+
+// `count` messages of `bytes` each, as the network carries them: in the pipelines' chunks.
+double chunked(const CostModel& m, double count, double bytes) {
+  return count * std::max(1.0, std::ceil(bytes / static_cast<double>(std::max<size_t>(1, m.net_message_bytes))));
+}
+
+// Flat ring over n ranks: 2(n-1) steps of S/n each, a send and a receive each; every step crosses the fabric.
+Exchange ring_over(const CostModel& m, double bytes, int n) {
+  if (n == 1) return {};
+  const double messages = chunked(m, 4.0 * (n - 1), bytes / n);
+  return {2.0 * (n - 1) * m.net.seconds(bytes / n), messages, messages};
 }
 
 // Recursive doubling: ceil(log2 n) full-size exchanges, plus fold-in and fold-out for n not a power of two.
-double recursive_doubling_over(const LinkFigures& net, double bytes, int n) {
-  if (n == 1) return 0;
+Exchange recursive_doubling_over(const CostModel& m, double bytes, int n) {
+  if (n == 1) return {};
   int rounds = static_cast<int>(std::floor(std::log2(n)));
   if ((1 << rounds) != n) rounds += 2;
-  return rounds * net.seconds(bytes);
+  const double messages = chunked(m, 2.0 * rounds, bytes);
+  return {rounds * m.net.seconds(bytes), messages, messages};
 }
 
-}  // namespace
-
-double CostModel::ring(double bytes, const Layout& layout) const { return ring_over(net, bytes, layout.size); }
-
-double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
-  return recursive_doubling_over(net, bytes, layout.size);
-}
-
-namespace {
-
-// The hierarchical schedule around an inter-node phase that takes `inter` seconds: about 3S of shared-memory
-// traffic per rank (copy in, reduce L shards of S/L, publish and copy out) plus two node barriers per piece. The
-// phases are pipelined over the pieces: the slower phase takes all but one piece's worth of time, and one piece
-// goes through both phases to fill and drain the pipeline (one piece: no overlap at all).
-double around_inter_node(const CostModel& m, double bytes, const Layout& layout, double inter) {
-  double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(m.shm_piece_bytes)));
-  double intra =
-      layout.local_size > 1 ? pieces * 2 * m.shm.latency_us * 1e-6 + 3 * bytes / (m.shm.bandwidth_gbps * 1e9) : 0;
-  return std::max(intra, inter) * (pieces - 1) / pieces + (intra + inter) / pieces;
+// The rails' inter-node allreduce: the ring or recursive doubling, whichever is cheaper (crossover_bytes's rule,
+// which allreduce_hier follows).
+Exchange rails_over(const CostModel& m, double bytes, int n) {
+  const Exchange ring = ring_over(m, bytes, n), rd = recursive_doubling_over(m, bytes, n);
+  return ring.at(m) <= rd.at(m) ? ring : rd;
 }
 
 // Sharded reduction servers among `n` parties that share `bytes`: two steps whatever n is (every party sends part
 // j to party j, all n-1 messages at once; party j returns its reduced part to all, again at once), and each
-// party's link carries 2(n-1)/n of the bytes each way, as in the ring.
-double sharded_steps(const LinkFigures& net, double bytes, int n) {
-  if (n == 1) return 0;
-  return 2 * net.latency_us * 1e-6 + 2.0 * (n - 1) / n * bytes / (net.bandwidth_gbps * 1e9);
+// party's link carries 2(n-1)/n of the bytes each way, as in the ring. Those are 4(n-1) messages, the ring's count in
+// 2 steps instead of 2(n-1): where their overhead exceeds the latencies saved, the CPU is the limit. Parts are
+// whole multiples of 64 bytes (allreduce_sharded), so a buffer under 64n bytes has k < n servers: each handles
+// 2(n-1) messages, and 2(k-1) more as a client, the other ranks 2k.
+Exchange sharded_over(const CostModel& m, double bytes, int n) {
+  if (n == 1) return {};
+  const double servers = std::min<double>(n, std::max(1.0, std::ceil(bytes / 64)));
+  return {2 * m.net.latency_us * 1e-6 + 2.0 * (n - 1) / n * bytes / (m.net.bandwidth_gbps * 1e9),
+          chunked(m, 4.0 * servers * (n - 1) / n, bytes / servers),
+          chunked(m, 2.0 * (n - 1) + 2.0 * (servers - 1), bytes / servers)};
 }
 
 }  // namespace
 
-// Hierarchical: an inter-node ring on S/L per local rank. The L rails share the node's link, so the node moves
-// 2(N-1)/N * S through it, as one ring over N ranks would, in 2(N-1) latency steps; below the crossover the
-// rails use recursive doubling instead (allreduce_hier.cpp), whose rounds move the whole S/L per rail.
-double CostModel::hierarchical(double bytes, const Layout& layout) const {
-  int nodes = layout.node_count;
+double CostModel::ring(double bytes, const Layout& layout) const {
+  return ring_over(*this, bytes, layout.size).at(*this);
+}
+
+double CostModel::recursive_doubling(double bytes, const Layout& layout) const {
+  return recursive_doubling_over(*this, bytes, layout.size).at(*this);
+}
+
+namespace {
+
+// The hierarchical schedule around an inter-node phase `over`: about 3S of shared-memory traffic per rank (copy
+// in, reduce L shards of S/L, publish and copy out) plus two node barriers per piece. The phases are pipelined over
+// the pieces: the slower phase takes all but one piece's worth of time, and one piece goes through both phases to
+// fill and drain the pipeline (one piece: no overlap at all). The L rails share the node's link, which carries S
+// as one allreduce over N ranks would; each rank's messages are those of its rail's share of every piece, all
+// local ranks sending at once, except up to kLeaderBytes, where local rank 0 alone crosses (allreduce_leader).
+double around_inter_node(const CostModel& m, double bytes, const Layout& layout,
+                         Exchange (*over)(const CostModel&, double, int)) {
+  const int nodes = layout.node_count, local = layout.local_size;
+  const double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(m.shm_piece_bytes)));
+  const double intra = local > 1 ? pieces * 2 * m.shm.latency_us * 1e-6 + 3 * bytes / (m.shm.bandwidth_gbps * 1e9) : 0;
   double inter = 0;
-  if (nodes > 1) inter = std::min(ring_over(net, bytes, nodes), recursive_doubling_over(net, bytes, nodes));
-  return around_inter_node(*this, bytes, layout, inter);
+  if (nodes > 1) {
+    const bool leader = local > 1 && bytes <= static_cast<double>(kLeaderBytes);
+    Exchange exchange = over(m, bytes, nodes);
+    const Exchange piece = over(m, bytes / pieces / (leader ? 1 : local), nodes);
+    exchange.messages = piece.messages * pieces;
+    exchange.busiest = piece.busiest * pieces;
+    inter = exchange.at(m, leader ? 1.0 / local : 1.0);
+  }
+  return std::max(intra, inter) * (pieces - 1) / pieces + (intra + inter) / pieces;
+}
+
+}  // namespace
+
+// Hierarchical: an inter-node ring on S/L per local rank, 2(N-1) latency steps; below the crossover the rails use
+// recursive doubling instead (allreduce_hier.cpp), whose rounds move the whole S/L per rail.
+double CostModel::hierarchical(double bytes, const Layout& layout) const {
+  return around_inter_node(*this, bytes, layout, rails_over);
 }
 
 // Sharded servers: in the hierarchical schedule, the node's link carries the same bytes as the rail rings', in 2
 // latency steps instead of 2(N-1); over all ranks (no node structure to use), each rank serves 1/n.
 double CostModel::sharded(double bytes, const Layout& layout, bool hierarchical) const {
-  if (!hierarchical) return sharded_steps(net, bytes, layout.size);
-  return around_inter_node(*this, bytes, layout, sharded_steps(net, bytes, layout.node_count));
+  if (!hierarchical) return sharded_over(*this, bytes, layout.size).at(*this);
+  return around_inter_node(*this, bytes, layout, sharded_over);
 }
 
 CostModel CostModel::from(const base::Settings& settings) {
   CostModel model;
-  model.net = {settings.net_lat_us, settings.net_bw_gbps};
+  model.net = {settings.net_lat_us, settings.net_bw_gbps, settings.net_overhead_us};
   model.shm = {settings.shm_lat_us, settings.shm_bw_gbps};
   if (settings.shm_piece_bytes != 0) model.shm_piece_bytes = settings.shm_piece_bytes;
+  if (settings.chunk_bytes != 0) model.net_message_bytes = settings.chunk_bytes;
   return model;
 }
 
 size_t crossover_bytes(const CostModel& model, int ranks) {
   const int n = std::max(1, ranks);
   size_t bytes = 1024;
-  while (bytes < (size_t{1} << 34) && recursive_doubling_over(model.net, static_cast<double>(bytes), n) <=
-                                          ring_over(model.net, static_cast<double>(bytes), n)) {
+  while (bytes < (size_t{1} << 34) && recursive_doubling_over(model, static_cast<double>(bytes), n).at(model) <=
+                                          ring_over(model, static_cast<double>(bytes), n).at(model)) {
     bytes *= 2;
   }
   return bytes / 2;
@@ -145,10 +192,10 @@ size_t crossover_bytes(const CostModel& model, int ranks) {
 
 namespace {
 
-// The sharded servers must beat the others by 10% in the model to be chosen: the alpha-beta model does not price
-// what they do differently, n-1 messages per step where the others send one, and a step that ends with the slowest
-// of n-1 flows sharing a link. On the emulated cluster they won where the model gives them a clear margin and lost
-// where it calls a tie (`git log -S kShardedMargin` has the figures).
+// The sharded servers must beat the others by 10% in the model to be chosen: it prices their n-1 messages per step
+// (the CPU term) but not that a step ends with the slowest of n-1 flows sharing a link. On the emulated cluster they
+// won where the model gives them a clear margin and lost where it calls a tie (`git log -S kShardedMargin` has the
+// figures).
 constexpr double kShardedMargin = 1.1;
 
 bool always(const Situation&) { return true; }
@@ -268,7 +315,8 @@ std::string Selector::tuning_table() const {
   }
   std::ostringstream out;
   out << "allreduce tuning table (" << layout_.describe() << "; network " << model_.net.latency_us << " us, "
-      << model_.net.bandwidth_gbps << " GB/s): predicted us";
+      << model_.net.bandwidth_gbps << " GB/s, " << model_.net.overhead_us << " us a message; " << model_.ranks_per_cpu
+      << " ranks per CPU): predicted us";
   out << "\n" << std::setw(10) << "bytes";
   for (const Choice* c : rows) out << std::setw(12) << to_string(c->algorithm);
   out << "  chosen";

@@ -2,8 +2,9 @@
 // Algorithm selection (docs/design.md, "Choosing an algorithm"): a table of rows, each an algorithm that may run a
 // kind of collective and where. Allreduce rows are priced by an alpha-beta cost model, every algorithm's time
 //   latency x steps + bytes on the bottleneck link / its bandwidth,
-// and the cheapest eligible one is chosen per call; HIERCOLL_ALGO forces one. Other kinds take their first eligible
-// row.
+// or, where that is less, the CPU time its messages take a rank (LogP's overhead: per message sent or received,
+// times the ranks that share each core while they all send), and the cheapest eligible one is chosen per call;
+// HIERCOLL_ALGO forces one. Other kinds take their first eligible row.
 #include <atomic>
 #include <cstddef>
 #include <string>
@@ -32,6 +33,9 @@ std::string forceable_names();
 struct LinkFigures {
   double latency_us = 50;     ///< per message
   double bandwidth_gbps = 1;  ///< GB/s (1e9 bytes per second)
+  /// CPU time a rank spends on each message it sends or receives, which its other messages cannot overlap: the gap
+  /// between small messages streamed one way (the link probe), LogP's overhead.
+  double overhead_us = 2;
   double seconds(double bytes) const { return latency_us * 1e-6 + bytes / (bandwidth_gbps * 1e9); }
 };
 
@@ -45,6 +49,12 @@ struct CostModel {
   LinkFigures net;  ///< the fabric between ranks (HIERCOLL_NET_LAT_US, HIERCOLL_NET_BW_GBPS)
   LinkFigures shm;  ///< copies through node shared memory (HIERCOLL_SHM_LAT_US, HIERCOLL_SHM_BW_GBPS)
   size_t shm_piece_bytes = kPieceBytes;  ///< HIERCOLL_SHM_PIECE_BYTES, or the default for the layout
+  /// The largest message the pipelines send over the network (their chunk: HIERCOLL_CHUNK_BYTES, or the provider's
+  /// eager size, engine): each costs its overhead.
+  size_t net_message_bytes = 1 << 20;
+  /// Ranks that may run on each of this rank's CPUs (topo::ranks_per_cpu, measured at start-up): above 1, ranks
+  /// that send at once queue for the cores and every message's overhead grows by as much.
+  double ranks_per_cpu = 1;
 
   /// Predicted seconds for an allreduce of `bytes` on `layout`.
   double ring(double bytes, const Layout& layout) const;

@@ -16,6 +16,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_NODE_ID", ""},
       {"HIERCOLL_NET_BW_GBPS", "1"},
       {"HIERCOLL_NET_LAT_US", "30"},
+      {"HIERCOLL_NET_OVERHEAD_US", "2"},
       {"HIERCOLL_NET_PROBE_BYTES", "8M"},
       {"HIERCOLL_SHM_BW_GBPS", "4"},
       {"HIERCOLL_SHM_LAT_US", "2"},
@@ -130,6 +131,8 @@ Settings read(bool use_env) {
   s.net_lat_us = r.positive("HIERCOLL_NET_LAT_US");
   s.net_bw_from_env = r.set("HIERCOLL_NET_BW_GBPS");
   s.net_lat_from_env = r.set("HIERCOLL_NET_LAT_US");
+  s.net_overhead_us = r.positive("HIERCOLL_NET_OVERHEAD_US");
+  s.net_overhead_from_env = r.set("HIERCOLL_NET_OVERHEAD_US");
   s.net_probe_bytes = r.bytes("HIERCOLL_NET_PROBE_BYTES", 0);
   s.shm_bw_gbps = r.positive("HIERCOLL_SHM_BW_GBPS");
   s.shm_lat_us = r.positive("HIERCOLL_SHM_LAT_US");

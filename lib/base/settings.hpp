@@ -27,7 +27,9 @@ struct Settings {
   std::string algo;                ///< HIERCOLL_ALGO: "" (cost model), ring, rd, hier, sharded
   std::string node_id;             ///< HIERCOLL_NODE_ID: "" means the host name
   double net_bw_gbps = 0, net_lat_us = 0, shm_bw_gbps = 0, shm_lat_us = 0;  ///< cost-model figures
+  double net_overhead_us = 0;  ///< HIERCOLL_NET_OVERHEAD_US: cost model's CPU time per message sent or received
   bool net_bw_from_env = false, net_lat_from_env = false;  ///< whether set (else the link probe's figures are used)
+  bool net_overhead_from_env = false;
   uint64_t net_probe_bytes = 0;   ///< HIERCOLL_NET_PROBE_BYTES: streamed by the start-up link probe; 0: no probe
   uint64_t shm_piece_bytes = 0;   ///< HIERCOLL_SHM_PIECE_BYTES; 0: by the layout (engine)
   bool net_staging = false;       ///< HIERCOLL_NET_STAGING

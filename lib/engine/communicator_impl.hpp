@@ -146,6 +146,9 @@ class CommunicatorImpl {
   /// The start-up link probe (algo::probe_link) between nodes 0 and 1; its figures replace the cost model's
   /// configured ones, except those set in the environment.
   void measure_link();
+  /// The cost model's figures changed (the provider's chunk, the probe's): the selector and the rails' crossover are
+  /// made again from them. Start-up only, before the first collective is issued.
+  void refit_model();
   void progress_loop();
   static constexpr std::chrono::milliseconds kQuiesceLimit{1000};
   /// Runs `op` on this thread and says whether it failed; its Work is left for finish_op, so that the progress

@@ -150,12 +150,19 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   }
 }
 
+void CommunicatorImpl::refit_model() {
+  cost_model_.net_message_bytes = algo_config_.chunk_bytes;
+  if (layout_.regular()) hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
+  selector_ =
+      std::make_unique<algo::Selector>(cost_model_, layout_, selector_->hierarchical_eligible(), settings_.algo);
+}
+
 void CommunicatorImpl::measure_link() {
   // The cost model's network figures decide between the ring, recursive doubling and the hierarchical and sharded
   // schedules; configured ones (HIERCOLL_NET_*) are a guess that can be 50x off between a 1 Gbit/s link and a
   // 400 Gbit/s fabric. So the first ranks of nodes 0 and 1 measure theirs. Those set in the environment win.
   if (layout_.node_count < 2 || settings_.net_probe_bytes == 0) return;
-  if (settings_.net_bw_from_env && settings_.net_lat_from_env) return;
+  if (settings_.net_bw_from_env && settings_.net_lat_from_env && settings_.net_overhead_from_env) return;
   const int a = layout_.rank_at(0, 0), b = layout_.rank_at(1, 0);
   const size_t bytes = settings_.net_probe_bytes;
   algo::LinkFigures measured;
@@ -167,16 +174,16 @@ void CommunicatorImpl::measure_link() {
   net_probed_ = true;
   if (!settings_.net_lat_from_env) cost_model_.net.latency_us = measured.latency_us;
   if (!settings_.net_bw_from_env) cost_model_.net.bandwidth_gbps = measured.bandwidth_gbps;
+  if (!settings_.net_overhead_from_env) cost_model_.net.overhead_us = measured.overhead_us;
   // Both were made with the configured figures before the probe could run (it needs the communicator).
-  if (layout_.regular()) hierarchy_.small_message_bytes = algo::crossover_bytes(cost_model_, layout_.node_count);
-  selector_ =
-      std::make_unique<algo::Selector>(cost_model_, layout_, selector_->hierarchical_eligible(), settings_.algo);
+  refit_model();
   if (rank_ == 0) {
     HIERCOLL_LOG(kInfo, "link probe, rank " << a << " -> rank " << b << ", " << bytes << " B in " << ms
                                             << " ms: latency " << measured.latency_us << " us, bandwidth "
-                                            << measured.bandwidth_gbps << " GB/s; the cost model uses "
-                                            << cost_model_.net.latency_us << " us, " << cost_model_.net.bandwidth_gbps
-                                            << " GB/s");
+                                            << measured.bandwidth_gbps << " GB/s, overhead " << measured.overhead_us
+                                            << " us a message; the cost model uses " << cost_model_.net.latency_us
+                                            << " us, " << cost_model_.net.bandwidth_gbps << " GB/s, "
+                                            << cost_model_.net.overhead_us << " us");
   }
 }
 
@@ -219,11 +226,20 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
                           "at the timeout");
     }
   }
-  // Every rank's node first: which NIC a rank opens depends on its local rank.
-  std::vector<std::string> node_ids;
-  for (const auto& id : gather_through_store(store, "node", Store::Bytes(node_id.begin(), node_id.end())))
-    node_ids.emplace_back(id.begin(), id.end());
+  // Every rank's node first: which NIC a rank opens depends on its local rank. With it, the rank's machine and CPUs
+  // (after a NUL, which no node id holds): how many ranks share a core, for the cost model (the same on every rank).
+  std::string record = node_id;
+  record += '\0';
+  record += topo::cpu_share();
+  std::vector<std::string> node_ids, shares;
+  for (const auto& bytes : gather_through_store(store, "node", Store::Bytes(record.begin(), record.end()))) {
+    const std::string text(bytes.begin(), bytes.end());
+    const size_t end = text.find('\0');
+    node_ids.push_back(text.substr(0, end));
+    shares.push_back(end == std::string::npos ? "" : text.substr(end + 1));
+  }
   layout_ = Layout::from_node_ids(node_ids, rank_);
+  cost_model_.ranks_per_cpu = topo::ranks_per_cpu(shares);
   if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
   setup_hierarchy(store, instance);
   if (open_deferred()) {
@@ -247,6 +263,7 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   } else {
     endpoint_ = open_endpoint(store);
     fit_chunks_to_provider();
+    refit_model();  // the network's messages are the chunks now fitted (the probe, if it runs, refits again)
   }
   scratch_.pin_with(endpoint_.get());
   endpoint_open_.store(true, std::memory_order_release);

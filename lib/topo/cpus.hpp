@@ -1,5 +1,8 @@
 #pragma once
-// How many CPUs the ranks of this node have to share, for deciding whether a waiting rank may spin.
+// Which CPUs the ranks share: whether a waiting rank may spin, and how many ranks contend for each core when they all
+// send and receive at once (the cost model's CPU term, algo/select.hpp).
+#include <string>
+#include <vector>
 
 namespace hiercoll::topo {
 
@@ -8,5 +11,18 @@ namespace hiercoll::topo {
 /// to be one of ranks that a launcher pinned one per core (mpirun --bind-to core), and the figure is the machine's
 /// online CPUs instead.
 int cpus_for_local_ranks();
+
+/// This rank's place on its machine, to gather from every rank at start-up: the kernel's boot id (one per booted
+/// machine, the same in each of its containers and network namespaces, so nodes emulated on one host share it)
+/// and the CPUs it may run on (its affinity mask, in hex). Short: tens of bytes however many CPUs there are.
+std::string cpu_share();
+
+/// The most ranks that may run on one rank's CPUs, per CPU, over every rank: for each rank of `shares` (every rank's
+/// cpu_share()), the ranks on its machine whose CPUs overlap its own, itself included, over the number of its CPUs.
+/// The largest, because the slowest rank sets a collective's pace, and every rank computes the same figure from
+/// the same shares, as the ranks' algorithm choices must agree. Ranks pinned a core each count 1; 8 ranks sharing
+/// a 96-CPU node 1/12; 64 ranks of 16 emulated nodes on a 2-CPU host 32. A share that cannot be read (a kernel
+/// without a boot id) is left out; none readable gives 1.
+double ranks_per_cpu(const std::vector<std::string>& shares);
 
 }  // namespace hiercoll::topo

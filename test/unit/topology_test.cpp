@@ -1,5 +1,7 @@
 #include "hiercoll/topology.hpp"
 
+#include <sched.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <random>
@@ -8,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "algo/hierarchy.hpp"
 #include "algo/select.hpp"
 #include "engine/schedules.hpp"
 #include "fds.hpp"
+#include "topo/cpus.hpp"
 
 using namespace hiercoll;
 
@@ -108,6 +112,83 @@ TEST_CASE("the sharded servers' cost: two latency steps, the ring's bytes, chose
   CHECK(forced.choose(8) == algo::Algorithm::kSharded);
   CHECK(forced.choose(algo::Kind::kReduceScatter, 1 << 20, false) == algo::Algorithm::kNode);
   CHECK_THROWS_WITH(algo::Selector(model, one_node, true, "servers"), Catch::Contains("sharded"));
+}
+
+TEST_CASE("messages cost their CPU overhead, times the ranks sharing each core, where that exceeds the latencies",
+          "[select]") {
+  algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
+  model.net = {30, 0.5, 7};
+  model.shm = {20, 4.0};
+  const Layout flat = Layout::from_node_ids(nodes_of(8, 1), 0);
+  // 8 B on a ring of 8: 14 steps of a send and a receive. With a core each, its 14 latencies (420 us) exceed the 28
+  // messages' overhead (196 us); with 4 ranks on each core, the overhead four times over is the time.
+  const double ring_latencies = 14 * (30e-6 + 1.0 / 0.5e9);
+  CHECK(model.ring(8, flat) == Approx(ring_latencies));
+  model.ranks_per_cpu = 4;
+  CHECK(model.ring(8, flat) == Approx(4 * 28 * 7e-6));
+  // The sharded servers send as many messages as the ring in 2 steps (512 B: every server has a 64-byte part): the
+  // CPU is their limit much sooner.
+  CHECK(model.sharded(512, flat, false) == Approx(4 * 28 * 7e-6));
+  // 8 B: one server has it all and handles 14 messages, the others 2 each: the server's 14 are the time, however
+  // the cores are shared, since the others' work leaves the shared cores time for them.
+  CHECK(model.sharded(8, flat, false) == Approx(14 * 7e-6));
+  model.ranks_per_cpu = 0.25;  // fewer ranks than cores: each still pays its own messages once
+  CHECK(model.ring(8, flat) == Approx(ring_latencies));
+  CHECK(model.sharded(512, flat, false) == Approx(28 * 7e-6));
+  CHECK(model.sharded(8, flat, false) == Approx(14 * 7e-6));
+
+  // 16 nodes x 4 ranks. Up to kLeaderBytes local rank 0 alone crosses the network (a quarter of the node's ranks
+  // send); above it every rail does. 8 B: one piece, two node barriers, recursive doubling over 16 leaders, 4 rounds.
+  const Layout cluster = Layout::from_node_ids(nodes_of(16, 4), 0);
+  model.ranks_per_cpu = 32;  // 64 ranks on one 2-CPU host, as scripts/emulation/cluster runs them
+  const double barriers = 2 * 20e-6;
+  CHECK(model.hierarchical(8, cluster) == Approx(barriers + 3 * 8 / 4e9 + 8 * 7e-6 * 32 / 4));
+  const double above = static_cast<double>(algo::kLeaderBytes) * 2;
+  CHECK(model.hierarchical(above, cluster) == Approx(barriers + 3 * above / 4e9 + 8 * 7e-6 * 32));
+  // The choices it changes: with a core per rank the sharded servers' 2 steps win at 64 KB over the rails' 4 rounds;
+  // with 32 ranks on each core their 60 messages a rank lose to those rounds' 8, from 8 KB up. At 8 B one leader
+  // serves it all: 30 messages on it, 2 on each other leader, fewer in all than the rounds' 8 on every leader.
+  model.ranks_per_cpu = 1;
+  CHECK(algo::Selector(model, cluster, true).choose(64 << 10) == algo::Algorithm::kSharded);
+  model.ranks_per_cpu = 32;
+  const algo::Selector shared(model, cluster, true);
+  CHECK(shared.choose(8) == algo::Algorithm::kSharded);
+  CHECK(shared.choose(8 << 10) == algo::Algorithm::kHierarchical);
+  CHECK(shared.choose(64 << 10) == algo::Algorithm::kHierarchical);
+}
+
+TEST_CASE("ranks per CPU: the most ranks on one rank's CPUs, per CPU, the same for every rank", "[topo]") {
+  // 16 emulated nodes of 4 ranks on one 2-CPU host (mask 3: CPUs 0 and 1).
+  CHECK(topo::ranks_per_cpu(std::vector<std::string>(64, "boot-a 3")) == Approx(32));
+  // 8 ranks pinned a core each (mpirun --bind-to core): CPU r is bit r % 4 of hex digit r / 4.
+  std::vector<std::string> pinned;
+  for (int r = 0; r < 8; ++r) {
+    std::string mask(static_cast<size_t>(r / 4 + 1), '0');
+    mask[static_cast<size_t>(r / 4)] = "1248"[r % 4];
+    pinned.push_back("boot-b " + mask);
+  }
+  CHECK(topo::ranks_per_cpu(pinned) == Approx(1));
+  // 8 ranks free on a 96-CPU node, twice (two machines): each machine's ranks only.
+  std::vector<std::string> two_nodes(8, "boot-c " + std::string(24, 'f'));
+  two_nodes.insert(two_nodes.end(), 8, "boot-d " + std::string(24, 'f'));
+  CHECK(topo::ranks_per_cpu(two_nodes) == Approx(8.0 / 96));
+  // The most crowded rank sets it: on machine a, 3 ranks on CPUs 0-1 and 1 on CPUs 2-3 (two containers' CPU sets);
+  // 1 rank on machine z's CPU 0, whose share names the same CPUs on another machine. Unreadable shares count nowhere.
+  const std::vector<std::string> mixed = {"boot-a 3", "boot-a 3", "boot-z 1",  "boot-a c",
+                                          "",         "garbage",  "boot-a 3x", "boot-a 3"};
+  CHECK(topo::ranks_per_cpu(mixed) == Approx(1.5));
+  CHECK(topo::ranks_per_cpu({"", "garbage"}) == Approx(1));
+  // A share that overlaps two others counts both: CPUs 0-3 with ranks on 0-1 and 2-3.
+  CHECK(topo::ranks_per_cpu({"boot-a f", "boot-a 3", "boot-a c"}) == Approx(1.0));  // 3 on CPUs 0-3, 2 on 0-1
+  CHECK(topo::ranks_per_cpu({"boot-a f", "boot-a 3", "boot-a 3", "boot-a c"}) == Approx(1.5));
+  // This process's own share reads back: alone, one rank over the CPUs of its affinity mask.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const std::string share = topo::cpu_share();
+  INFO(share);
+  CHECK(topo::ranks_per_cpu({share}) == Approx(1.0 / CPU_COUNT(&set)));
+  CHECK(topo::ranks_per_cpu({share, share, share}) == Approx(3.0 / CPU_COUNT(&set)));
 }
 
 TEST_CASE("the tuning table prints the model's times and the selector's choice at every size", "[select]") {
