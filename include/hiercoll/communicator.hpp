@@ -106,6 +106,12 @@ struct HIERCOLL_API Tuning {
   size_t chunk_bytes = 0;   ///< the ring and chain pipelines' network message (HIERCOLL_CHUNK_BYTES, fitted to RxM)
   int pipeline_slots = 0;   ///< their messages in flight (HIERCOLL_PIPELINE_SLOTS, scaled with the chunk)
   size_t node_piece_bytes = 0;  ///< one piece of the node's shared memory (HIERCOLL_SHM_PIECE_BYTES)
+  /// The CPU a rank spends on each message it sends or receives: measured by the link probe, else
+  /// HIERCOLL_NET_OVERHEAD_US or its default, as the network figures above.
+  double net_overhead_us = 0;
+  /// The most ranks that share one rank's CPUs, per CPU, over all ranks (the same on every rank; below 1 where
+  /// ranks have more than a core each): what the cost model multiplies each message's overhead by (at least 1).
+  double ranks_per_cpu = 0;
 };
 
 class HIERCOLL_API Communicator {

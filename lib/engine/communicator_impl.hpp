@@ -85,8 +85,16 @@ class CommunicatorImpl {
   uint16_t context() const { return context_; }
   const Layout& layout() const { return layout_; }
   Tuning tuning() const {
-    return {cost_model_.net.latency_us, cost_model_.net.bandwidth_gbps, net_probed_, algo_config_.chunk_bytes,
-            algo_config_.slots, cost_model_.shm_piece_bytes};
+    Tuning t;
+    t.net_latency_us = cost_model_.net.latency_us;
+    t.net_bandwidth_gbps = cost_model_.net.bandwidth_gbps;
+    t.net_probed = net_probed_;
+    t.chunk_bytes = algo_config_.chunk_bytes;
+    t.pipeline_slots = algo_config_.slots;
+    t.node_piece_bytes = cost_model_.shm_piece_bytes;
+    t.net_overhead_us = cost_model_.net.overhead_us;
+    t.ranks_per_cpu = cost_model_.ranks_per_cpu;
+    return t;
   }
   std::string fabric_nic() const { return endpoint_->domain(); }
   /// The flight recorder's JSON (see flight_recorder.hpp).

@@ -1,17 +1,13 @@
 // Multi-process tests: real ranks over the libfabric tcp provider on loopback, each checking its results
 // against a serial reference (see mp_worker.cpp).
 #define CATCH_CONFIG_MAIN
-#include <dirent.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
 
 #include <algorithm>
-#include <thread>
-#include <mutex>
-#include <sstream>
-#include <set>
-#include <random>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
@@ -19,8 +15,13 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "fuzz.hpp"
 #include "launcher.hpp"
@@ -115,14 +116,18 @@ struct TuningLine {
   double net_us = -1, net_gbps = -1;
   bool probed = false;
   long long chunk = -1, slots = -1;
+  double overhead_us = -1, ranks_per_cpu = -1;
   std::string figures;  // the network figures as printed, exactly
 };
 std::optional<TuningLine> tuning_of(const std::string& output) {
-  static const std::regex line(R"(TUNING rank=\d+ net_us=(\S+) net_gbps=(\S+) probed=([01]) chunk=(\d+) slots=(\d+))");
+  static const std::regex line(
+      R"(TUNING rank=\d+ net_us=(\S+) net_gbps=(\S+) probed=([01]) chunk=(\d+) slots=(\d+) piece=\d+ )"
+      R"(overhead_us=(\S+) ranks_per_cpu=(\S+))");
   std::smatch m;
   if (!std::regex_search(output, m, line)) return std::nullopt;
-  return TuningLine{std::stod(m[1]), std::stod(m[2]), m[3] == "1", std::stoll(m[4]), std::stoll(m[5]),
-                    m[1].str() + " " + m[2].str()};
+  return TuningLine{
+      std::stod(m[1]),  std::stod(m[2]), m[3] == "1",     std::stoll(m[4]),
+      std::stoll(m[5]), std::stod(m[6]), std::stod(m[7]), m[1].str() + " " + m[2].str() + " " + m[6].str()};
 }
 
 // The start-up link probe measures the fabric between nodes 0 and 1; rank 0 hands its figures to every rank, so every
@@ -140,6 +145,12 @@ TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]"
   CHECK(first->net_us > 0);
   CHECK(first->net_gbps > 0);
   CHECK_FALSE((first->net_us == 30 && first->net_gbps == 1));  // measured, not the defaults
+  CHECK(first->overhead_us > 0);
+  // Every rank is on this host with the same CPUs: as many ranks per CPU as there are ranks over those CPUs.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  CHECK(first->ranks_per_cpu == Approx(static_cast<double>(shape.node_of.size()) / CPU_COUNT(&cpus)));
   const std::regex choices("CHOICES[a-z ]+");
   std::smatch first_choices;
   REQUIRE(std::regex_search(result.ranks[0].output, first_choices, choices));
@@ -147,6 +158,7 @@ TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]"
     const auto mine = tuning_of(result.ranks[r].output);
     REQUIRE(mine);
     CHECK(mine->figures == first->figures);
+    CHECK(mine->ranks_per_cpu == first->ranks_per_cpu);
     std::smatch mine_choices;
     REQUIRE(std::regex_search(result.ranks[r].output, mine_choices, choices));
     CHECK(mine_choices.str() == first_choices.str());
@@ -167,7 +179,18 @@ TEST_CASE("network figures set in the environment win over the link probe, which
     CHECK(tuning->net_gbps == 7);
   }
 
-  options.env["HIERCOLL_NET_LAT_US"] = "40";  // both set: nothing left to measure
+  options.env["HIERCOLL_NET_LAT_US"] = "40";  // the overhead is still left to measure
+  result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
+  REQUIRE(result.all_ok());
+  for (const auto& rank : result.ranks) {
+    const auto tuning = tuning_of(rank.output);
+    REQUIRE(tuning);
+    CHECK(tuning->probed);
+    CHECK(tuning->net_us == 40);
+    CHECK(tuning->net_gbps == 7);
+  }
+
+  options.env["HIERCOLL_NET_OVERHEAD_US"] = "3";  // all three set: nothing left to measure
   result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
   REQUIRE(result.all_ok());
   for (const auto& rank : result.ranks) {
@@ -176,6 +199,7 @@ TEST_CASE("network figures set in the environment win over the link probe, which
     CHECK_FALSE(tuning->probed);
     CHECK(tuning->net_us == 40);
     CHECK(tuning->net_gbps == 7);
+    CHECK(tuning->overhead_us == 3);
   }
 
   for (auto [nodes, bytes] : {std::pair<std::vector<int>, std::string>{{0, 0}, "1M"}, {{0, 1}, "0"}}) {
@@ -189,6 +213,7 @@ TEST_CASE("network figures set in the environment win over the link probe, which
       CHECK_FALSE(tuning->probed);
       CHECK(tuning->net_us == 30);  // the defaults
       CHECK(tuning->net_gbps == 1);
+      CHECK(tuning->overhead_us == 2);
     }
   }
 }

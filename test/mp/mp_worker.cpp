@@ -470,9 +470,11 @@ void run_failure_callback(Communicator& comm) {
 // The figures and sizes the communicator chose its schedules with (Communicator::tuning), exactly.
 void print_tuning(const Communicator& comm) {
   const hiercoll::Tuning t = comm.tuning();
-  std::printf("TUNING rank=%d net_us=%.17g net_gbps=%.17g probed=%d chunk=%zu slots=%d piece=%zu\n", comm.rank(),
-              t.net_latency_us, t.net_bandwidth_gbps, t.net_probed ? 1 : 0, t.chunk_bytes, t.pipeline_slots,
-              t.node_piece_bytes);
+  std::printf(
+      "TUNING rank=%d net_us=%.17g net_gbps=%.17g probed=%d chunk=%zu slots=%d piece=%zu overhead_us=%.17g "
+      "ranks_per_cpu=%.17g\n",
+      comm.rank(), t.net_latency_us, t.net_bandwidth_gbps, t.net_probed ? 1 : 0, t.chunk_bytes, t.pipeline_slots,
+      t.node_piece_bytes, t.net_overhead_us, t.ranks_per_cpu);
 }
 
 void run_layout(Communicator& comm) {
