@@ -47,8 +47,8 @@ def physical_cores():
     return len(siblings)
 
 
-def perf(collective):
-    return os.path.join(BUILD, "bench", f"{collective}_perf")
+def perf(collective, build=BUILD):
+    return os.path.join(build, "bench", f"{collective}_perf")
 
 
 def run(cmd, env=None):
@@ -72,12 +72,15 @@ def rows(output):
     return result
 
 
-def launch_command(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
+def launch_command(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True,
+                   build=BUILD):
     """The command line that starts <collective>_perf `args` with hiercoll_launch: `ranks` ranks on loopback, or
     layout = (nodes, ranks per node) on the emulated cluster (which must be up; netns=False: nodes told apart by
-    HIERCOLL_NODE_ID on loopback, the link unshaped). `env`: NAME=VALUE for every rank."""
+    HIERCOLL_NODE_ID on loopback, the link unshaped). `env`: NAME=VALUE for every rank. `build`: the build directory
+    whose launcher and tool run (another build of hiercoll's, to compare with this one)."""
     nodes, per_node = layout or (1, ranks)
-    cmd = [LAUNCH, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
+    launcher = os.path.join(build, "tools", "hiercoll_launch")
+    cmd = [launcher, "-n", str(nodes * per_node), "--ranks-per-node", str(per_node), "--tcp-store",
            "-x", "HIERCOLL_FABRIC_PROVIDER=tcp"]
     # Gloo unpinned, as torchrun starts it. Its device thread polls epoll while a message waits for its receive to
     # be posted (52-72% of a core per rank at 64 B); pinned beside the caller, 2 ranks' 64 B-4 KB allreduces took
@@ -90,12 +93,13 @@ def launch_command(args, env=(), backend="hiercoll", collective="allreduce", lay
         cmd += ["-x", "HIERCOLL_FABRIC_IFACE=hcnic0"]
     for e in env:
         cmd += ["-x", e]
-    return cmd + ["--", perf(collective), "--backend", backend] + args
+    return cmd + ["--", perf(collective, build), "--backend", backend] + args
 
 
-def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
+def launch_output(args, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True,
+                  build=BUILD):
     """The output of <collective>_perf `args`, started by hiercoll_launch (see launch_command)."""
-    return run(launch_command(args, env, backend, collective, layout, ranks, netns))
+    return run(launch_command(args, env, backend, collective, layout, ranks, netns, build))
 
 
 def mpi_command(which, nodes, per_node, collective="allreduce"):
@@ -152,9 +156,10 @@ def mpi_command(which, nodes, per_node, collective="allreduce"):
     return cmd + [tool, "--backend", "mpi"], env
 
 
-def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True):
+def launched(sizes, env=(), backend="hiercoll", collective="allreduce", layout=None, ranks=4, netns=True,
+             build=BUILD):
     """The rows of <collective>_perf (see launch_output)."""
-    return rows(launch_output(sizes, env, backend, collective, layout, ranks, netns))
+    return rows(launch_output(sizes, env, backend, collective, layout, ranks, netns, build))
 
 
 def ring_vs_hier(nodes, per_node, max_bytes, netns):

@@ -26,6 +26,12 @@ constexpr int kBursts = 5;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// The middle of `values` (reordered).
+double median(std::vector<double>& values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
 // `me` is 0 on the sender of the stream (a), 1 on its receiver (b); `pair` numbers them so.
 LinkFigures measure(Channel& pair, size_t bytes) {
   const int me = pair.rank(), peer = 1 - me;
@@ -43,8 +49,15 @@ LinkFigures measure(Channel& pair, size_t bytes) {
     }
     if (t >= kWarmUps) trips.push_back(seconds_since(start));
   }
-  std::nth_element(trips.begin(), trips.begin() + kRoundTrips / 2, trips.end());
-  const double round_trip = trips[kRoundTrips / 2];
+  const double round_trip = median(trips);
+  // The receiver of a burst or the stream tells its sender it has all of it, on `step`.
+  auto acknowledge = [&] {
+    if (me == 0) {
+      pair.wait(pair.recv(peer, step, &word, sizeof(word)));
+    } else {
+      pair.wait(pair.send(peer, step, &word, sizeof(word)));
+    }
+  };
 
   std::vector<uint64_t> words(kBurst);
   std::vector<RequestPtr> burst(kBurst);
@@ -56,16 +69,11 @@ LinkFigures measure(Channel& pair, size_t bytes) {
                          : pair.recv(peer, step, &words[m], sizeof(uint64_t));
     }
     for (RequestPtr& request : burst) pair.wait(request);
-    if (me == 0) {
-      pair.wait(pair.recv(peer, step, &word, sizeof(word)));
-    } else {
-      pair.wait(pair.send(peer, step, &word, sizeof(word)));
-    }
+    acknowledge();
     ++step;
     gaps.push_back(std::max(seconds_since(start) - round_trip, 0.0) / kBurst);
   }
-  std::nth_element(gaps.begin(), gaps.begin() + kBursts / 2, gaps.end());
-  const double gap = gaps[kBursts / 2];
+  const double gap = median(gaps);
 
   const size_t chunk = std::max<size_t>(1, pair.config().chunk_bytes);
   const size_t slots = static_cast<size_t>(std::max(1, pair.config().slots));
@@ -84,11 +92,7 @@ LinkFigures measure(Channel& pair, size_t bytes) {
   for (RequestPtr& slot : window) {
     if (slot) pair.wait(slot);
   }
-  if (me == 0) {
-    pair.wait(pair.recv(peer, step, &word, sizeof(word)));
-  } else {
-    pair.wait(pair.send(peer, step, &word, sizeof(word)));
-  }
+  acknowledge();
   const double elapsed = seconds_since(start);
   LinkFigures figures;
   figures.latency_us = round_trip / 2 * 1e6;

@@ -167,53 +167,49 @@ TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]"
 
 TEST_CASE("network figures set in the environment win over the link probe, which one node or a 0-byte probe skips",
           "[mp][hier]") {
+  // Every rank's tuning line from 2 ranks saying hello.
+  auto tunings_of = [](const LaunchOptions& options) {
+    const auto result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
+    INFO(result.report());
+    REQUIRE(result.all_ok());
+    std::vector<TuningLine> tunings;
+    for (const auto& rank : result.ranks) {
+      const auto tuning = tuning_of(rank.output);
+      REQUIRE(tuning);
+      tunings.push_back(*tuning);
+    }
+    return tunings;
+  };
   auto options = loopback({{"HIERCOLL_NET_PROBE_BYTES", "1M"}, {"HIERCOLL_NET_BW_GBPS", "7"}});
   options.node_of = {0, 1};
-  auto result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
-  INFO(result.report());
-  REQUIRE(result.all_ok());
-  for (const auto& rank : result.ranks) {
-    const auto tuning = tuning_of(rank.output);
-    REQUIRE(tuning);
-    CHECK(tuning->probed);  // the latency was left to measure
-    CHECK(tuning->net_gbps == 7);
+  for (const TuningLine& tuning : tunings_of(options)) {
+    CHECK(tuning.probed);  // the latency was left to measure
+    CHECK(tuning.net_gbps == 7);
   }
 
   options.env["HIERCOLL_NET_LAT_US"] = "40";  // the overhead is still left to measure
-  result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
-  REQUIRE(result.all_ok());
-  for (const auto& rank : result.ranks) {
-    const auto tuning = tuning_of(rank.output);
-    REQUIRE(tuning);
-    CHECK(tuning->probed);
-    CHECK(tuning->net_us == 40);
-    CHECK(tuning->net_gbps == 7);
+  for (const TuningLine& tuning : tunings_of(options)) {
+    CHECK(tuning.probed);
+    CHECK(tuning.net_us == 40);
+    CHECK(tuning.net_gbps == 7);
   }
 
   options.env["HIERCOLL_NET_OVERHEAD_US"] = "3";  // all three set: nothing left to measure
-  result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, options);
-  REQUIRE(result.all_ok());
-  for (const auto& rank : result.ranks) {
-    const auto tuning = tuning_of(rank.output);
-    REQUIRE(tuning);
-    CHECK_FALSE(tuning->probed);
-    CHECK(tuning->net_us == 40);
-    CHECK(tuning->net_gbps == 7);
-    CHECK(tuning->overhead_us == 3);
+  for (const TuningLine& tuning : tunings_of(options)) {
+    CHECK_FALSE(tuning.probed);
+    CHECK(tuning.net_us == 40);
+    CHECK(tuning.net_gbps == 7);
+    CHECK(tuning.overhead_us == 3);
   }
 
   for (auto [nodes, bytes] : {std::pair<std::vector<int>, std::string>{{0, 0}, "1M"}, {{0, 1}, "0"}}) {
     auto plain = loopback({{"HIERCOLL_NET_PROBE_BYTES", bytes}});
     plain.node_of = nodes;
-    result = launch(2, HIERCOLL_MP_WORKER, {"hello"}, plain);
-    REQUIRE(result.all_ok());
-    for (const auto& rank : result.ranks) {
-      const auto tuning = tuning_of(rank.output);
-      REQUIRE(tuning);
-      CHECK_FALSE(tuning->probed);
-      CHECK(tuning->net_us == 30);  // the defaults
-      CHECK(tuning->net_gbps == 1);
-      CHECK(tuning->overhead_us == 2);
+    for (const TuningLine& tuning : tunings_of(plain)) {
+      CHECK_FALSE(tuning.probed);
+      CHECK(tuning.net_us == 30);  // the defaults
+      CHECK(tuning.net_gbps == 1);
+      CHECK(tuning.overhead_us == 2);
     }
   }
 }
