@@ -15,10 +15,10 @@ std::chrono::steady_clock::time_point& call_start() {
   return start;
 }
 
-WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, const GroupHooks* hooks, std::vector<at::Tensor> outputs,
-                           CallTensors tensors)
+WorkHiercoll::WorkHiercoll(int rank, c10d::OpType type, std::shared_ptr<const GroupHooks> hooks,
+                           std::vector<at::Tensor> outputs, CallTensors tensors)
     : c10d::Work(rank, type),
-      hooks_(hooks),
+      hooks_(std::move(hooks)),
       start_(call_start()),
       outputs_(std::move(outputs)),
       tensors_(std::move(tensors)) {
@@ -170,6 +170,14 @@ struct CompletionThread::State {
 
   bool nothing_pending() const { return waiting.empty() && ready.empty(); }
 
+  // The last reference goes with the last thread that works on this state: runners the group's destructor could
+  // not join (it ran on one of them, or they started after it) end by themselves.
+  ~State() {
+    for (auto& runner : runners) {
+      if (runner.joinable()) runner.detach();
+    }
+  }
+
   // Drops a call's entry. A claimed call's handle may be gone by then (its caller settled it): not touched.
   void forget(std::list<Waiting>::iterator call) {
     if (call->handle != nullptr) call->handle->call_ = nullptr;
@@ -211,7 +219,7 @@ CompletionThread::CompletionThread() : state_(std::make_shared<State>()) {
     registry().push_back(this);
   }
   try {
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([state = state_] { run(state); });
   } catch (...) {
     std::lock_guard<std::mutex> lock(registry_mutex);
     auto& threads = registry();
@@ -246,9 +254,26 @@ CompletionThread::~CompletionThread() {
     s.stopping = true;
   }
   s.wake.notify_all();
-  thread_.join();  // settles every pending call first, unless the process is exiting
-  s.runner_wake.notify_all();
-  for (auto& runner : s.runners) runner.join();  // after completing what is left
+  const auto self = std::this_thread::get_id();
+  if (thread_.get_id() == self) {
+    thread_.detach();  // destroyed from the failure task: the thread settles what is left, then ends
+  } else {
+    thread_.join();  // settles every pending call first, unless the process is exiting
+  }
+  std::vector<std::thread> runners;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.runner_wake.notify_all();
+    for (auto& runner : s.runners) {
+      if (runner.get_id() == self) {
+        runner.detach();  // destroyed from a future's callback on this runner, which then ends by itself
+      } else {
+        runners.push_back(std::move(runner));
+      }
+    }
+    s.runners.clear();
+  }
+  for (auto& runner : runners) runner.join();  // after completing what is left
   std::lock_guard<std::mutex> lock(s.mutex);
   // Exiting with calls unsettled: their callbacks may still fire, and the calls hold futures whose Python
   // callbacks must not be released now (see quiesce). Keep the state for the rest of the process, and let no
@@ -257,6 +282,9 @@ CompletionThread::~CompletionThread() {
     if (call.handle != nullptr) call.handle->completion_ = nullptr;
   }
   for (auto& pending : s.ready) pending.handle->completion_ = nullptr;
+  // The failure task is the group's: a thread that outlives the group (above) must not run it.
+  s.on_group_failure = nullptr;
+  s.failure_task_due = false;
   if (!s.nothing_pending()) new std::shared_ptr<State>(state_);
 }
 
@@ -348,7 +376,7 @@ bool CompletionThread::wait_in_caller(WorkHiercoll& handle, std::chrono::millise
 }
 
 void CompletionThread::settle_here(Pending& pending) {
-  std::exception_ptr error = settle(pending);
+  std::exception_ptr error = settle(state_, pending);
   pending.handle->complete(error);  // runs the future's callbacks on this thread, as a runner would
 }
 
@@ -370,27 +398,36 @@ void CompletionThread::group_failed() {
   s.wake.notify_all();
 }
 
+void CompletionThread::forget_failure() {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.group_failed = false;
+  s.failure_task_due = false;
+  s.first_failure.reset();
+}
+
 std::optional<hiercoll::ErrorCode> CompletionThread::first_failure() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->first_failure;
 }
 
-std::exception_ptr CompletionThread::settle(Pending& pending) {
+std::exception_ptr CompletionThread::settle(const std::shared_ptr<State>& state, Pending& pending) {
+  State& s = *state;
   std::exception_ptr error;
   try {
     for (auto& work : pending.works) work.wait();  // finished: returns at once, or rethrows its failure
   } catch (const hiercoll::Error& e) {
     {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      if (!state_->first_failure) state_->first_failure = e.code();
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (!s.first_failure) s.first_failure = e.code();
     }
     error = std::current_exception();
   } catch (...) {
     error = std::current_exception();
   }
   for (auto& member : pending.members) {
-    std::exception_ptr member_error = settle(member);
-    complete_on_runner(member.handle, member_error);
+    std::exception_ptr member_error = settle(state, member);
+    complete_on_runner(state, member.handle, member_error);
     if (!error) error = member_error;
   }
   try {
@@ -398,24 +435,25 @@ std::exception_ptr CompletionThread::settle(Pending& pending) {
   } catch (...) {
     if (!error) error = std::current_exception();
   }
-  if (error && state_->group_failed && state_->on_group_failure) state_->on_group_failure();  // before it completes
+  if (error && s.group_failed && s.on_group_failure) s.on_group_failure();  // before it completes
   if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()), pending.handle->rank());
   return error;
 }
 
-void CompletionThread::complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error) {
-  State& s = *state_;
+void CompletionThread::complete_on_runner(const std::shared_ptr<State>& state, c10::intrusive_ptr<WorkHiercoll> handle,
+                                          std::exception_ptr error) {
+  State& s = *state;
   std::lock_guard<std::mutex> lock(s.mutex);
   s.to_complete.emplace_back(std::move(handle), std::move(error));
   if (s.idle_runners == 0 && s.runners.size() < State::kMaxRunners) {
-    s.runners.emplace_back([this] { run_runner(); });
+    s.runners.emplace_back([state] { run_runner(state); });
   } else {
     s.runner_wake.notify_one();
   }
 }
 
-void CompletionThread::run_runner() {
-  State& s = *state_;
+void CompletionThread::run_runner(const std::shared_ptr<State>& state) {
+  State& s = *state;
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     ++s.idle_runners;
@@ -436,8 +474,8 @@ void CompletionThread::run_runner() {
   }
 }
 
-void CompletionThread::run() {
-  State& s = *state_;
+void CompletionThread::run(const std::shared_ptr<State>& state) {
+  State& s = *state;
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     s.wake.wait(lock, [&] {
@@ -457,7 +495,7 @@ void CompletionThread::run() {
     finished.swap(s.ready);
     s.settling = true;
     lock.unlock();
-    for (auto& pending : finished) complete_on_runner(pending.handle, settle(pending));
+    for (auto& pending : finished) complete_on_runner(state, pending.handle, settle(state, pending));
     finished.clear();
     lock.lock();
     s.settling = false;

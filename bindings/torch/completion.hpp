@@ -58,8 +58,8 @@ std::chrono::steady_clock::time_point& call_start();
 /// now crosses one thread at most, the progress thread's.
 class WorkHiercoll : public c10d::Work {
  public:
-  /// `hooks`: the group's, told when the call completes successfully; they outlive the Work's completion.
-  WorkHiercoll(int rank, c10d::OpType type, const GroupHooks* hooks, std::vector<at::Tensor> outputs,
+  /// `hooks`: the group's, told when the call completes successfully (shared: the group may be gone by then).
+  WorkHiercoll(int rank, c10d::OpType type, std::shared_ptr<const GroupHooks> hooks, std::vector<at::Tensor> outputs,
                CallTensors tensors = {});
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -86,7 +86,7 @@ class WorkHiercoll : public c10d::Work {
  private:
   friend class CompletionThread;
   static c10::TypePtr list_of_tensors();  // the type of the future's value
-  const GroupHooks* hooks_;
+  std::shared_ptr<const GroupHooks> hooks_;
   std::chrono::steady_clock::time_point start_;
   float duration_ms_ = -1;  // set once, before the Work is marked completed
   std::vector<at::Tensor> outputs_;
@@ -142,6 +142,9 @@ class CompletionThread {
   void on_group_failure(std::function<void()> task);
   /// The communicator broke (its on_failure callback, from any thread): returns at once.
   void group_failed();
+  /// A new communicator replaced the one that broke (reconfigure): the group is healthy again, and getError says
+  /// SUCCESS. A failure task already under way finishes; none is due after this.
+  void forget_failure();
 
   /// At interpreter exit: waits until no call is being settled and settles none after. Completing a
   /// future runs (and releases) Python callbacks, which needs the GIL; doing that while Python finalizes
@@ -151,18 +154,24 @@ class CompletionThread {
 
  private:
   struct State;
-  void run();
+  static void run(const std::shared_ptr<State>& state);
   /// Copies results out and says how the call ended; the watching thread calls it. `complete` is for a runner.
-  std::exception_ptr settle(Pending& pending);
+  static std::exception_ptr settle(const std::shared_ptr<State>& state, Pending& pending);
   /// settle() and complete() on the calling thread (a call its caller claimed).
   void settle_here(Pending& pending);
-  void complete_on_runner(c10::intrusive_ptr<WorkHiercoll> handle, std::exception_ptr error);
-  void run_runner();
+  static void complete_on_runner(const std::shared_ptr<State>& state, c10::intrusive_ptr<WorkHiercoll> handle,
+                                 std::exception_ptr error);
+  static void run_runner(const std::shared_ptr<State>& state);
 
-  /// Shared with the operations' completion callbacks, which may outlive this object at interpreter exit.
+  /// Shared with the operations' completion callbacks, which may outlive this object at interpreter exit, and with
+  /// this object's own threads, which may outlive it too (below).
   std::shared_ptr<State> state_;
   std::thread thread_;
 };
+// The group can be destroyed on one of this object's own threads: torch's abort hook, run by the failure task on the
+// watching thread, or a future's callback on a runner, may drop the last reference to it (and so to this object).
+// The threads therefore work on the shared State alone, never on `this`, and the destructor leaves the thread it
+// runs on to finish by itself rather than join it.
 
 /// The error torch raises for a hiercoll::Error in operation `op` on `rank`. Its text leads with the phrase gloo
 /// uses in the same situation, which PyTorch's own tests, torchelastic and log scrapers look for ("Timed out waiting",

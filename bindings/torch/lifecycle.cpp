@@ -167,22 +167,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reconfigure(const c10d::Rec
                 " was already used; every reconfigure() needs a new one");
 
     completion_.drain();  // calls on the old communicator end first (at once where it failed)
-    auto comm = connect(std::make_shared<TorchStore>(store), new_rank, new_size, opts.timeout.value_or(timeout_));
-    std::unique_ptr<hiercoll::Communicator> old = std::exchange(comm_, std::move(comm));
-    if (old) {
-      old->on_failure({});
-      old->abort();  // its peers are replaced too, or gone: nothing of it is waited for
+    uint64_t next;
+    {
+      std::lock_guard<std::mutex> lock(abort_mutex_);
+      next = generation_ + 1;
     }
+    auto comm =
+        connect(std::make_shared<TorchStore>(store), new_rank, new_size, opts.timeout.value_or(timeout_), next);
+    // The old communicator says goodbye, not abort: its peers reconfigure too, or were left out on purpose, and a
+    // peer still on its way here must not take this rank's leaving for a failure (that ran its abort hooks, and
+    // once aborted the communicator it had just made). One that failed was halted already and leaves at once.
+    replace_communicator(std::move(comm)).reset();
     rank_ = new_rank;
     size_ = new_size;
     global_ranks_ = std::move(global);
     reconfigure_uuid_ = opts.uuid;
     sequence_ = 0;
-    {
-      std::lock_guard<std::mutex> lock(abort_mutex_);
-      communicator_aborted_ = false;
-    }
-    hooks_->rearm_abort_hooks();
     auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
     done->markCompleted(c10::IValue(std::vector<at::Tensor>()));
     return c10d::Work::create_from_future(done);
@@ -203,24 +203,37 @@ c10d::ErrorType ProcessGroupHiercoll::getError() {
 
 void ProcessGroupHiercoll::abort() { abort_communicator(); }  // asked for: no abort hooks
 
-// A clean end: every issued call completes first (the communicator closes when the group is destroyed).
+// A clean end (destroy_process_group): every issued call completes, then the communicator closes with a goodbye,
+// so that no peer reports this rank dead when its process exits, whenever that is. torch may keep the group object
+// for longer (a DDP module holds it): calls on it after this raise.
 void ProcessGroupHiercoll::shutdown() {
   if (barrier_failed_) abort_communicator();
   completion_.drain();
+  shut_down_ = true;
+  replace_communicator(nullptr).reset();
 }
 #endif
 
-// A timeout, or a peer that died or aborted: torch's abort hooks run (its flight recorder dumps this rank's record),
-// then the communicator is aborted, as ProcessGroupNCCL's watchdog aborts a timed-out communicator. That tells every
-// peer at once, through the peer watch, and so runs their abort hooks too: a rank with nothing in flight (the one
-// that stopped calling collectives, say) dumps its record as well.
+// A timeout, or a peer that died or aborted: the communicator is aborted, as ProcessGroupNCCL's watchdog aborts a
+// timed-out communicator, which tells every peer at once through the peer watch and so runs their abort hooks too (a
+// rank with nothing in flight, the one that stopped calling collectives say, dumps its record as well); then torch's
+// abort hooks run (its flight recorder dumps this rank's record). A Work that failed is raised only once they have
+// run (GroupHooks::run_abort_hooks makes a second caller wait). A hook may drop the last reference to this group, so
+// nothing of it is touched after the hooks.
 void ProcessGroupHiercoll::after_failure() {
-  hooks_->run_abort_hooks();
-  abort_communicator();
+  const uint64_t failed = failed_generation_.load();
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (failed != generation_) return;  // a communicator reconfigure() replaced: nothing to dump or abort
+  }
+  abort_communicator(failed);
+  const std::shared_ptr<GroupHooks> hooks = hooks_;
+  hooks->run_abort_hooks();  // not under abort_mutex_: a hook may take the GIL, which a reconfigure may hold
 }
 
-void ProcessGroupHiercoll::abort_communicator() {
+void ProcessGroupHiercoll::abort_communicator(std::optional<uint64_t> generation) {
   std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (generation && *generation != generation_) return;
   if (comm_ && !std::exchange(communicator_aborted_, true)) comm_->abort();
 }
 

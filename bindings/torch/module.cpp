@@ -2,10 +2,14 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <c10/util/Logging.h>
+
+#include <chrono>
 #include <functional>
 
 #include "hiercoll/store.hpp"
 #include "hiercoll/version.hpp"
+#include "hooks.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
@@ -100,8 +104,19 @@ PYBIND11_MODULE(_C, m) {
       py::arg("timeout"),
       "The torch.distributed variables an mpirun / srun process lacks (see hiercoll::torch_env_from_launcher).",
       py::call_guard<py::gil_scoped_release>());
-  m.def("_quiesce", &hiercoll_torch::CompletionThread::quiesce_all,
-        "Called at interpreter exit: stop running future callbacks from hiercoll's threads.",
-        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_quiesce",
+      [] {
+        // A dump under way finishes before the interpreter goes (it may need the GIL, released here); bounded, so
+        // that a dump stuck on a hung file system cannot hold the exit for ever.
+        constexpr std::chrono::seconds kDumpLimit{10};
+        if (!hiercoll_torch::GroupHooks::close_for_exit(kDumpLimit)) {
+          LOG(WARNING) << "hiercoll: torch's abort hooks (the flight recorder's dump) still run after "
+                       << kDumpLimit.count() << " s; exiting without them";
+        }
+        hiercoll_torch::CompletionThread::quiesce_all();
+      },
+      "Called at interpreter exit: no more abort hooks or future callbacks from hiercoll's threads.",
+      py::call_guard<py::gil_scoped_release>());
   m.attr("__version__") = hiercoll::version();
 }

@@ -25,7 +25,7 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store
       global_ranks_(std::move(global_ranks)),
       nonce_(std::random_device()()) {
   completion_.on_group_failure([this] { after_failure(); });
-  if (!deferred) comm_ = connect(std::make_shared<TorchStore>(store_), rank, size, timeout);
+  if (!deferred) comm_ = connect(std::make_shared<TorchStore>(store_), rank, size, timeout, generation_);
 }
 
 ProcessGroupHiercoll::~ProcessGroupHiercoll() {
@@ -35,17 +35,37 @@ ProcessGroupHiercoll::~ProcessGroupHiercoll() {
 }
 
 std::unique_ptr<hiercoll::Communicator> ProcessGroupHiercoll::connect(std::shared_ptr<hiercoll::Store> store, int rank,
-                                                                      int size, std::chrono::milliseconds timeout) {
+                                                                      int size, std::chrono::milliseconds timeout,
+                                                                      uint64_t generation) {
   hiercoll::CommOptions options = hiercoll::CommOptions::from_env();
   options.timeout = timeout;  // HIERCOLL_TIMEOUT_MS, if set, still wins (the communicator applies it)
   options.name = name_;
   auto comm = std::make_unique<hiercoll::Communicator>(
       hiercoll::Communicator::create(std::move(store), rank, size, options));
-  comm->on_failure([this](hiercoll::ErrorCode, const std::string&) { completion_.group_failed(); });
+  comm->on_failure([this, generation](hiercoll::ErrorCode, const std::string&) {
+    failed_generation_.store(generation);
+    completion_.group_failed();
+  });
   return comm;
 }
 
+std::unique_ptr<hiercoll::Communicator> ProcessGroupHiercoll::replace_communicator(
+    std::unique_ptr<hiercoll::Communicator> next) {
+  std::unique_ptr<hiercoll::Communicator> old;
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    old = std::exchange(comm_, std::move(next));
+    ++generation_;
+    communicator_aborted_ = false;
+  }
+  if (old) old->on_failure({});  // waits for a callback in progress; none reaches completion_ after this
+  completion_.forget_failure();
+  hooks_->rearm_abort_hooks();
+  return old;
+}
+
 hiercoll::Communicator& ProcessGroupHiercoll::comm() {
+  TORCH_CHECK(!shut_down_, "hiercoll: this group was shut down (destroy_process_group)");
   TORCH_CHECK(comm_ != nullptr, "hiercoll: this group was made to be reconfigured (enable_reconfigure) and has no ",
               "members yet: call reconfigure() on every rank first");
   return *comm_;
@@ -55,7 +75,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
                                                             std::vector<at::Tensor> outputs, CallTensors tensors) {
   // Collectives only, as ProcessGroupNCCL's seqCollective_: ranks issue different point-to-point calls.
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++sequence_;
-  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_.get(), outputs, std::move(tensors));
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_, outputs, std::move(tensors));
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
   bool in_place = handle->in_place() && !outputs.empty();
   for (const auto& t : outputs) in_place = in_place && on_device(t);
@@ -432,7 +452,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::add_combined(c10d::OpType t
   }
   // The block's duration counts from its first call.
   if (!members.empty()) call_start() = members.front().handle->started();
-  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_.get(), outputs);
+  auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_, outputs);
   if (stream_ordered) handle->order_streams_after(works);
   CompletionThread::Pending pending{std::move(works), handle, std::move(members)};
   enqueue(std::move(pending));

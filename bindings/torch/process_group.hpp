@@ -2,6 +2,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "compat.hpp"
 #include "completion.hpp"
@@ -202,15 +203,18 @@ class ProcessGroupHiercoll : public compat::BackendBase {
                                                 std::vector<at::Tensor> result);
 
   // After the communicator failed: torch's abort hooks, then abort (on the completion thread, or on the thread that
-  // settles a failed call first).
+  // settles a failed call first). A failure of a communicator that reconfigure() has replaced since does neither.
   void after_failure();
   // Aborts the communicator once, whoever asks (a failure, the program, a shrink); a caller that finds another's
   // abort under way returns when it has finished, so that no call is issued on a communicator half aborted.
-  void abort_communicator();
+  // `generation`: only if comm_ is still that communicator.
+  void abort_communicator(std::optional<uint64_t> generation = std::nullopt);
+  // Replaces comm_ (reconfigure, shutdown) and returns the old one, whose failures no longer reach completion_.
+  std::unique_ptr<hiercoll::Communicator> replace_communicator(std::unique_ptr<hiercoll::Communicator> next);
 
-  // A communicator over `store` for rank `rank` of `size`, whose failures reach completion_.
+  // A communicator over `store` for rank `rank` of `size`, whose failures reach completion_ as `generation`'s.
   std::unique_ptr<hiercoll::Communicator> connect(std::shared_ptr<hiercoll::Store> store, int rank, int size,
-                                                  std::chrono::milliseconds timeout);
+                                                  std::chrono::milliseconds timeout, uint64_t generation);
   // The group's communicator; raises if it has none yet (a deferred group before reconfigure()).
   hiercoll::Communicator& comm();
 
@@ -221,10 +225,14 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   const uint64_t nonce_;                         // makes this group's reconfigure handle unique across hosts
   int64_t reconfigure_uuid_ = -1;                // of the last reconfigure()
   int shrinks_ = 0;                              // groups shrunk from this one, for their names
-  // Declared before comm_ and completion_: Works tell it as they complete, until completion_ is gone.
-  std::unique_ptr<GroupHooks> hooks_ = std::make_unique<GroupHooks>();
+  // Shared with the Works, which tell it as they complete, and with a failure task under way, which the group's
+  // last reference may leave from inside a hook.
+  const std::shared_ptr<GroupHooks> hooks_ = std::make_shared<GroupHooks>();
   std::mutex abort_mutex_;
   bool communicator_aborted_ = false;  // under abort_mutex_: comm_ was aborted (after a failure, or asked to)
+  uint64_t generation_ = 0;            // under abort_mutex_: which communicator comm_ is (reconfigure counts up)
+  std::atomic<uint64_t> failed_generation_{0};  // the communicator whose failure completion_ heard last
+  std::atomic<bool> shut_down_{false};          // shutdown() said goodbye: the group has no communicator now
   std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
   // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
   // abort instead of waiting the group's whole timeout for them.
