@@ -3,14 +3,17 @@ references. Run with the Python that hiercoll_torch was built for, PYTHONPATH=<b
 import os
 import pickle
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
-from launch import HERE, base_env, run_ranks
+from launch import HERE, HeldStore, base_env, run_ranks
 
 
 @pytest.mark.parametrize("size", [pytest.param(2, marks=pytest.mark.quick), 4])
@@ -346,3 +349,40 @@ def test_shrink_after_a_sigkill_continues_ddp_as_the_serial_reference(tmp_path):
         for name, value in got.items():
             assert torch.allclose(value, want[name].detach(), rtol=1e-5, atol=1e-6), \
                 f"rank {rank} {name} differs from the serial reference by {(value - want[name]).abs().max().item()}"
+
+
+@pytest.mark.skipif(not _torch_at_least(2, 15), reason="abort hooks reach custom backends from 2.15")
+@pytest.mark.parametrize("leaver", [pytest.param(2, marks=pytest.mark.quick), 0])
+def test_a_rank_that_destroyed_its_group_is_not_reported_dead(leaver, tmp_path):
+    """destroy_process_group() says goodbye: rank `leaver` (0 serves the peer watch) leaves and exits while the others
+    keep their group; theirs runs no abort hook and reports no error."""
+    outputs = run_ranks(3, "worker_goodbye.py", [tmp_path, leaver], timeout=120)
+    for rank in range(3):
+        if rank != leaver:
+            assert f"rank {rank}: 0 problems" in outputs[rank], outputs
+
+
+@pytest.mark.quick
+def test_sigterm_ends_a_rank_waiting_in_all_reduce_at_once():
+    """torchrun and Slurm end a job with SIGTERM to each rank: a rank blocked in dist.all_reduce dies by it within 1 s,
+    with no library's handler in between (libinfinipath's turned it into exit(1) under running threads)."""
+    held = HeldStore()
+    env = dict(base_env(held.env()), HIERCOLL_TIMEOUT_MS="60000", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "worker_signals.py")],
+                              env=dict(env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True) for r in range(2)]
+    try:
+        ready, _, _ = select.select([procs[0].stdout], [], [], 120)
+        assert ready and procs[0].stdout.readline().startswith("waiting"), "rank 0 never reached its all_reduce"
+        time.sleep(0.5)  # inside the call, its thread asleep in hiercoll
+        start = time.monotonic()
+        procs[0].send_signal(signal.SIGTERM)
+        code = procs[0].wait(timeout=10)
+        took = time.monotonic() - start
+        assert code == -signal.SIGTERM, f"rank 0 ended with {code}, not by SIGTERM"
+        assert took < 1.0, f"rank 0 took {took:.2f} s to end after SIGTERM"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+

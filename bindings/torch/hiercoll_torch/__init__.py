@@ -13,7 +13,11 @@ import os
 import torch
 import torch.distributed as dist
 
-from . import _C
+# libfabric's psm provider loads libinfinipath, which would otherwise install its own handlers for SIGINT, SIGTERM,
+# SIGSEGV and others as _C loads (Python's KeyboardInterrupt lost, and a SIGTERM from torchrun or Slurm turned into
+# exit() under running threads: lib/transport/fabric/foreign_handlers.cpp).
+os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
+from . import _C  # noqa: E402
 
 __version__ = _C.__version__
 BACKEND_NAME = "hiercoll"
