@@ -190,11 +190,7 @@ void CommunicatorImpl::measure_link() {
 void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   // The node identity is published first: once a rank's address is there, so is its node.
   std::string node_id = options_.node.empty() ? settings_.node_id : options_.node;
-  if (node_id.empty()) {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    node_id = host;
-  }
+  if (node_id.empty()) node_id = topo::node_identity();
   PeerWatch::Options watch;
   watch.rank = rank_;
   watch.size = size_;

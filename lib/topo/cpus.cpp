@@ -70,13 +70,27 @@ bool overlap(const Share& a, const Share& b) {
   return false;
 }
 
+std::string boot_id() {
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  return file >> id ? id : "";
+}
+
 }  // namespace
 
+std::string node_identity(const std::string& host_name, const std::string& boot_id) {
+  return boot_id.empty() ? host_name : host_name + "/" + boot_id;
+}
+
+std::string node_identity() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return node_identity(host, boot_id());
+}
+
 std::string cpu_share() {
-  std::ifstream file("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (!(file >> boot_id)) return "";
-  return boot_id + " " + mask_text();
+  const std::string id = boot_id();
+  return id.empty() ? "" : id + " " + mask_text();
 }
 
 double ranks_per_cpu(const std::vector<std::string>& shares) {

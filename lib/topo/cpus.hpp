@@ -12,6 +12,14 @@ namespace hiercoll::topo {
 /// online CPUs instead.
 int cpus_for_local_ranks();
 
+/// Which node this process runs on, when nothing names it (HIERCOLL_NODE_ID): the host name and the kernel's boot
+/// id, as NCCL's host hash. The host name alone takes containers started with one --hostname on different machines
+/// for one node; the boot id alone, network namespaces of one machine that emulate nodes under names of their own.
+/// `boot_id` empty (no /proc): the host name alone.
+std::string node_identity(const std::string& host_name, const std::string& boot_id);
+/// This machine's: gethostname() and /proc/sys/kernel/random/boot_id.
+std::string node_identity();
+
 /// This rank's place on its machine, to gather from every rank at start-up: the kernel's boot id (one per booted
 /// machine, the same in each of its containers and network namespaces, so nodes emulated on one host share it)
 /// and the CPUs it may run on (its affinity mask, in hex). Short: tens of bytes however many CPUs there are.

@@ -15,6 +15,7 @@
 
 #include "base/log.hpp"
 #include "hiercoll/errors.hpp"
+#include "topo/cpus.hpp"
 
 namespace hiercoll::topo {
 namespace {
@@ -131,11 +132,10 @@ std::string interface_toward(const std::string& host) {
 }
 
 std::string network_identity() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
   char netns[64] = {0};
   const ssize_t n = readlink("/proc/self/ns/net", netns, sizeof netns - 1);
-  return std::string(host) + "/" + (n > 0 ? std::string(netns, static_cast<size_t>(n)) : "net:?");
+  // The boot id too (node_identity): every machine's first network namespace has the same inode number.
+  return node_identity() + "/" + (n > 0 ? std::string(netns, static_cast<size_t>(n)) : "net:?");
 }
 
 std::vector<Nearness> nic_nearness(const std::vector<NicLocator>& nics) {

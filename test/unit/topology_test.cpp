@@ -1,6 +1,7 @@
 #include "hiercoll/topology.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -189,6 +190,29 @@ TEST_CASE("ranks per CPU: the most ranks on one rank's CPUs, per CPU, the same f
   INFO(share);
   CHECK(topo::ranks_per_cpu({share}) == Approx(1.0 / CPU_COUNT(&set)));
   CHECK(topo::ranks_per_cpu({share, share, share}) == Approx(3.0 / CPU_COUNT(&set)));
+}
+
+TEST_CASE("a node is a host name on one boot: same-named containers on two machines are two nodes", "[topo]") {
+  // Two machines whose containers were all started with --hostname trainer, two ranks on each.
+  const std::string a = topo::node_identity("trainer", "1b0f6f3a-0000-4000-8000-00000000000a");
+  const std::string b = topo::node_identity("trainer", "1b0f6f3a-0000-4000-8000-00000000000b");
+  CHECK(a != b);
+  Layout layout = Layout::from_node_ids({a, a, b, b}, 2);
+  CHECK(layout.node_count == 2);
+  CHECK(layout.local_rank == 0);
+  CHECK(layout.local_size == 2);
+  // Emulated nodes: one machine (one boot id), a host name per network namespace.
+  CHECK(topo::node_identity("node0", "boot") != topo::node_identity("node1", "boot"));
+  CHECK(topo::node_identity("node0", "boot") == topo::node_identity("node0", "boot"));
+  // No boot id to read: the host name alone, as before.
+  CHECK(topo::node_identity("trainer", "") == "trainer");
+  // This process's: its host name and this boot's id, which every process of the machine reads alike.
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::string mine = topo::node_identity();
+  CHECK(mine.rfind(std::string(host) + "/", 0) == 0);
+  CHECK(mine.size() > std::string(host).size() + 30);  // a UUID after the name
+  CHECK(mine == topo::node_identity());
 }
 
 TEST_CASE("the tuning table prints the model's times and the selector's choice at every size", "[select]") {
