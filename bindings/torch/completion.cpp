@@ -435,6 +435,7 @@ std::exception_ptr CompletionThread::settle(const std::shared_ptr<State>& state,
   } catch (...) {
     if (!error) error = std::current_exception();
   }
+  if (error && s.group_failed && s.on_group_failure) s.on_group_failure();  // before it completes
   if (error) error = as_torch_error(error, c10d::opTypeToString(pending.handle->retrieveOpType()), pending.handle->rank());
   return error;
 }

@@ -217,10 +217,9 @@ void ProcessGroupHiercoll::shutdown() {
 // A timeout, or a peer that died or aborted: the communicator is aborted, as ProcessGroupNCCL's watchdog aborts a
 // timed-out communicator, which tells every peer at once through the peer watch and so runs their abort hooks too (a
 // rank with nothing in flight, the one that stopped calling collectives say, dumps its record as well); then torch's
-// abort hooks run (its flight recorder dumps this rank's record), on the completion thread: the failed Works raise
-// meanwhile, as gloo's do, rather than after a dump that gathers stack traces for seconds; the interpreter's exit
-// waits for the dump (module.cpp, _quiesce). A hook may drop the last reference to this group, so nothing of it is
-// touched after the hooks.
+// abort hooks run (its flight recorder dumps this rank's record). A Work that failed is raised only once they have
+// run (GroupHooks::run_abort_hooks makes a second caller wait). A hook may drop the last reference to this group, so
+// nothing of it is touched after the hooks.
 void ProcessGroupHiercoll::after_failure() {
   const uint64_t failed = failed_generation_.load();
   {

@@ -107,11 +107,4 @@ def init_process_group(backend=BACKEND_NAME, **kwargs):
 
 _register()
 # Future callbacks run on hiercoll's completion threads and need the GIL; stop them before Python finalizes.
-def _quiesce():
-    # torch's flight-recorder dump waits TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC (15 s by default) for its stack traces,
-    # then tries again without them: the exit waits for both tries.
-    wait_ms = int(os.environ.get("TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC") or 15000)
-    _C._quiesce(datetime.timedelta(milliseconds=2 * wait_ms + 5000))
-
-
-atexit.register(_quiesce)
+atexit.register(_C._quiesce)
