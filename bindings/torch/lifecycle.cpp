@@ -221,20 +221,17 @@ void ProcessGroupHiercoll::shutdown() {
 // run (GroupHooks::run_abort_hooks makes a second caller wait). A hook may drop the last reference to this group, so
 // nothing of it is touched after the hooks.
 void ProcessGroupHiercoll::after_failure() {
-  const uint64_t failed = failed_generation_.load();
-  {
-    std::lock_guard<std::mutex> lock(abort_mutex_);
-    if (failed != generation_) return;  // a communicator reconfigure() replaced: nothing to dump or abort
-  }
-  abort_communicator(failed);
+  // A communicator reconfigure() replaced since: nothing to abort or dump.
+  if (!abort_communicator(failed_generation_.load())) return;
   const std::shared_ptr<GroupHooks> hooks = hooks_;
   hooks->run_abort_hooks();  // not under abort_mutex_: a hook may take the GIL, which a reconfigure may hold
 }
 
-void ProcessGroupHiercoll::abort_communicator(std::optional<uint64_t> generation) {
+bool ProcessGroupHiercoll::abort_communicator(std::optional<uint64_t> generation) {
   std::lock_guard<std::mutex> lock(abort_mutex_);
-  if (generation && *generation != generation_) return;
+  if (generation && *generation != generation_) return false;
   if (comm_ && !std::exchange(communicator_aborted_, true)) comm_->abort();
+  return true;
 }
 
 #if HIERCOLL_TORCH_HAS_HOOKS

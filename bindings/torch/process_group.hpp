@@ -202,13 +202,13 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> gather_to_root(const at::Tensor& input, std::vector<at::Tensor> parts, int root,
                                                 std::vector<at::Tensor> result);
 
-  // After the communicator failed: torch's abort hooks, then abort (on the completion thread, or on the thread that
+  // After the communicator failed: abort, then torch's abort hooks (on the completion thread, or on the thread that
   // settles a failed call first). A failure of a communicator that reconfigure() has replaced since does neither.
   void after_failure();
   // Aborts the communicator once, whoever asks (a failure, the program, a shrink); a caller that finds another's
   // abort under way returns when it has finished, so that no call is issued on a communicator half aborted.
-  // `generation`: only if comm_ is still that communicator.
-  void abort_communicator(std::optional<uint64_t> generation = std::nullopt);
+  // `generation`: only if comm_ is still that communicator; false (nothing done) if it is not.
+  bool abort_communicator(std::optional<uint64_t> generation = std::nullopt);
   // Replaces comm_ (reconfigure, shutdown) and returns the old one, whose failures no longer reach completion_.
   std::unique_ptr<hiercoll::Communicator> replace_communicator(std::unique_ptr<hiercoll::Communicator> next);
 
