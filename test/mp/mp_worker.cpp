@@ -1085,10 +1085,12 @@ void print_limits(Communicator& comm) {
 
 int main(int argc, char** argv) {
   std::string scenario = argc > 1 ? argv[1] : "allreduce";
+  int rank = -1;  // for the error line: known once the communicator is made
   try {
     if (scenario == "store-requests") return run_store_requests();
     if (scenario == "stall") return run_stall();
     Communicator comm = Communicator::from_env();
+    rank = comm.rank();
     if (scenario == "allreduce") run_allreduce(comm, argc > 2 && std::string(argv[2]) == "--large");
     else if (scenario == "collectives") run_collectives(comm);
     else if (scenario == "errors") run_errors(comm);
@@ -1119,6 +1121,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
       return 2;
     }
+  } catch (const PeerLostError& e) {
+    // Which peer, and when (the wall clock, so that a script can time the error against a fault it caused).
+    const long long now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("ERROR [%s]: %s\nLOST rank %d peer %d %s at_ms %lld\n", to_string(e.code()), e.what(), rank, e.rank(),
+                e.connection_closed() ? "closed" : "silent", now_ms);
+    return 3;
   } catch (const Error& e) {
     std::printf("ERROR [%s]: %s\n", to_string(e.code()), e.what());
     return 3;
