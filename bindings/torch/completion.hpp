@@ -136,9 +136,10 @@ class CompletionThread {
   void drain();
   /// What the first failed call failed with, if one did (c10d's getError).
   std::optional<hiercoll::ErrorCode> first_failure() const;
-  /// What to do once the group has failed (run torch's abort hooks, abort the communicator): set once, before any
+  /// What to do once the group has failed (abort the communicator, start torch's abort hooks): set once, before any
   /// call. It runs on this thread after group_failed(), and on whichever thread settles a call that failed after
-  /// group_failed(), before that call completes; it must be safe to run more than once, from several threads.
+  /// group_failed(), before that call completes; it must be safe to run more than once, from several threads, and
+  /// must not block (torch's abort hooks, which may, run on a thread of their own: GroupHooks::start_abort_hooks).
   void on_group_failure(std::function<void()> task);
   /// The communicator broke (its on_failure callback, from any thread): returns at once.
   void group_failed();

@@ -4,6 +4,8 @@
 
 #include <condition_variable>
 #include <exception>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 namespace hiercoll_torch {
@@ -66,45 +68,45 @@ void GroupHooks::completed(uint64_t key, std::optional<float> duration_ms) const
   for (const auto& [id, hook] : *hooks) (*hook)(key, duration_ms);
 }
 
-void GroupHooks::run_abort_hooks() {
+void GroupHooks::start_abort_hooks(const std::shared_ptr<GroupHooks>& hooks) {
   {
-    std::unique_lock<std::mutex> lock(abort_mutex_);
-    if (aborted_) {  // another thread runs them, or ran them: its dump is complete before this caller goes on
-      abort_done_.wait(lock, [&] { return !abort_running_; });
-      return;
-    }
-    aborted_ = abort_running_ = true;
+    std::lock_guard<std::mutex> lock(hooks->abort_mutex_);
+    if (std::exchange(hooks->aborted_, true)) return;  // started for this failure already
   }
   ExitGate& gate = exit_gate();
-  bool open;
   {
     std::lock_guard<std::mutex> lock(gate.mutex);
-    open = !gate.closed;  // closed: the interpreter is going, and a dump now would be killed half-way
-    if (open) ++gate.running;
+    if (gate.closed) return;  // the interpreter is going, and a dump now would be killed half-way
+    ++gate.running;
   }
-  if (open) {
-    std::shared_ptr<const Table<Abort>> hooks;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      hooks = aborts_;
-    }
-    for (const auto& [id, hook] : *hooks) {
+  std::shared_ptr<const Table<Abort>> table;
+  {
+    std::lock_guard<std::mutex> lock(hooks->mutex_);
+    table = hooks->aborts_;
+  }
+  auto run = [table] {
+    for (const auto& [id, hook] : *table) {
       try {
         (*hook)();
       } catch (const std::exception& e) {
         LOG(WARNING) << "hiercoll: abort hook " << id << " threw: " << e.what();
       }
     }
+    ExitGate& gate = exit_gate();
     std::lock_guard<std::mutex> lock(gate.mutex);
     --gate.running;
     gate.idle.notify_all();
+  };
+  try {
+    std::thread(run).detach();
+  } catch (const std::system_error& e) {  // no thread to be had: the dump is worth more than the failed call's time
+    LOG(WARNING) << "hiercoll: no thread for torch's abort hooks (" << e.what() << "); running them here";
+    run();
   }
-  std::lock_guard<std::mutex> lock(abort_mutex_);
-  abort_running_ = false;
-  abort_done_.notify_all();
 }
 
-// Never waits for a run under way: reconfigure() calls it, perhaps with the GIL held, which that run may need.
+// Never waits for a run under way: reconfigure() calls it, perhaps with the GIL held, which that run may need;
+// a later failure starts the hooks again beside it.
 void GroupHooks::rearm_abort_hooks() {
   std::lock_guard<std::mutex> lock(abort_mutex_);
   aborted_ = false;

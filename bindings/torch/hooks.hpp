@@ -10,7 +10,7 @@
 //
 // Process exit: an abort hook run from a hiercoll thread while Python finalizes is killed inside torch when it asks
 // for the GIL (glibc aborts with "exception not rethrown"). close_for_exit(), called from an atexit handler before
-// finalization, stops new runs and waits for the ones under way.
+// finalization, stops new runs and waits for the ones under way, so that a dump begun is a dump written.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -39,11 +39,13 @@ class GroupHooks {
   /// A Work completed successfully: every completion hook is told, on the calling thread (the caller settling its own
   /// call or a completion runner; never with the GIL taken by hiercoll). Failed Works tell nobody, as torch asks.
   void completed(uint64_t key, std::optional<float> duration_ms) const;
-  /// The group failed (a timeout, a peer's death or abort): runs every abort hook once. A second caller, on another
-  /// thread, waits until the first has finished, so that a dump is complete before anyone goes on to fail a Work
-  /// or end the process. An abort hook that throws is logged and the others still run. Does nothing once the
-  /// process is exiting (close_for_exit).
-  void run_abort_hooks();
+  /// The group failed (a timeout, a peer's death or abort): starts every abort hook, once per failure, on a thread of
+  /// their own, and returns at once. torch's flight recorder dumps there, gathering stack traces for seconds: the
+  /// failed Works raise meanwhile, as gloo's do, and nothing of hiercoll waits for it (the thread holds `hooks`, not
+  /// the group; torch's hooks hold their owners weakly). The run is counted before this returns, so that an exit that
+  /// begins once the failed call has raised still waits for the dump (close_for_exit). An abort hook that throws is
+  /// logged and the others still run. Does nothing once the process is exiting.
+  static void start_abort_hooks(const std::shared_ptr<GroupHooks>& hooks);
   /// A new communicator replaced the failed one (reconfigure): its failure runs the abort hooks again.
   void rearm_abort_hooks();
 
@@ -60,9 +62,7 @@ class GroupHooks {
   std::shared_ptr<const Table<Abort>> aborts_ = std::make_shared<Table<Abort>>();
   std::atomic<bool> completions_wanted_{false};
   std::mutex abort_mutex_;  // never held while a hook runs either
-  std::condition_variable abort_done_;  // the run under way finished
-  bool aborted_ = false;                // under abort_mutex_: the hooks ran, or run, for this failure
-  bool abort_running_ = false;          // under abort_mutex_
+  bool aborted_ = false;    // under abort_mutex_: the hooks ran, or run, for this failure
 };
 
 }  // namespace hiercoll_torch

@@ -217,14 +217,14 @@ void ProcessGroupHiercoll::shutdown() {
 // A timeout, or a peer that died or aborted: the communicator is aborted, as ProcessGroupNCCL's watchdog aborts a
 // timed-out communicator, which tells every peer at once through the peer watch and so runs their abort hooks too (a
 // rank with nothing in flight, the one that stopped calling collectives say, dumps its record as well); then torch's
-// abort hooks run (its flight recorder dumps this rank's record). A Work that failed is raised only once they have
-// run (GroupHooks::run_abort_hooks makes a second caller wait). A hook may drop the last reference to this group, so
-// nothing of it is touched after the hooks.
+// abort hooks start on a thread of their own (its flight recorder dumps this rank's record there, for seconds when it
+// gathers stack traces), and the failed Work raises at once, as gloo's does. The interpreter's exit waits for the dump
+// (module.cpp, _quiesce). Runs on the completion thread, and on the thread settling a failed call before that call
+// completes; it never blocks on a hook, so a reconfigure holding the GIL that a dump needs waits for neither.
 void ProcessGroupHiercoll::after_failure() {
   // A communicator reconfigure() replaced since: nothing to abort or dump.
   if (!abort_communicator(failed_generation_.load())) return;
-  const std::shared_ptr<GroupHooks> hooks = hooks_;
-  hooks->run_abort_hooks();  // not under abort_mutex_: a hook may take the GIL, which a reconfigure may hold
+  GroupHooks::start_abort_hooks(hooks_);
 }
 
 bool ProcessGroupHiercoll::abort_communicator(std::optional<uint64_t> generation) {

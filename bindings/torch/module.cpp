@@ -106,17 +106,18 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "_quiesce",
-      [] {
+      [](std::chrono::milliseconds dump_limit) {
         // A dump under way finishes before the interpreter goes (it may need the GIL, released here); bounded, so
         // that a dump stuck on a hung file system cannot hold the exit for ever.
-        constexpr std::chrono::seconds kDumpLimit{10};
-        if (!hiercoll_torch::GroupHooks::close_for_exit(kDumpLimit)) {
+        if (!hiercoll_torch::GroupHooks::close_for_exit(dump_limit)) {
           LOG(WARNING) << "hiercoll: torch's abort hooks (the flight recorder's dump) still run after "
-                       << kDumpLimit.count() << " s; exiting without them";
+                       << dump_limit.count() << " ms; exiting without them";
         }
         hiercoll_torch::CompletionThread::quiesce_all();
       },
-      "Called at interpreter exit: no more abort hooks or future callbacks from hiercoll's threads.",
+      py::arg("dump_limit"),
+      "Called at interpreter exit: no more abort hooks or future callbacks from hiercoll's threads; waits up to "
+      "dump_limit for a flight-recorder dump under way.",
       py::call_guard<py::gil_scoped_release>());
   m.attr("__version__") = hiercoll::version();
 }

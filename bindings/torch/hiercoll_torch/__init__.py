@@ -106,5 +106,18 @@ def init_process_group(backend=BACKEND_NAME, **kwargs):
 
 
 _register()
-# Future callbacks run on hiercoll's completion threads and need the GIL; stop them before Python finalizes.
-atexit.register(_C._quiesce)
+
+
+def _quiesce():
+    """At exit: future callbacks run on hiercoll's completion threads and need the GIL, so they stop before Python
+    finalizes; a flight-recorder dump under way (torch's abort hook, on a thread of its own) finishes first."""
+    # torch's flight recorder waits TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC (15 s by default) for a dump with stack traces,
+    # then tries again without them: the exit waits for both tries.
+    try:
+        wait_ms = int(os.environ.get("TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC") or 15000)
+    except ValueError:
+        wait_ms = 15000
+    _C._quiesce(datetime.timedelta(milliseconds=2 * wait_ms + 5000))
+
+
+atexit.register(_quiesce)
