@@ -2,8 +2,8 @@
 middle of training (step argv[3]) while the others wait in the gradient allreduce; the agent ends them and starts a
 second attempt, which trains argv[4] steps from the start. argv[1]: backend; argv[2]: a directory where each rank
 notes, on the wall clock shared by the processes, when the rank died and when each rank of the next attempt had
-initialized its group (and when its process started, before torch is imported), and where the second attempt saves
-rank 0's parameters."""
+initialized its group (and when its process started, before torch is imported, and when the imports were done), and
+where the second attempt saves rank 0's parameters."""
 import os
 import sys
 import time
@@ -18,6 +18,8 @@ import torch.distributed as dist  # noqa: E402
 backend, out_dir, die_at, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if backend == "hiercoll":
     import hiercoll_torch  # noqa: F401
+with open(os.path.join(out_dir, f"imported.{attempt}.{os.environ['RANK']}"), "w") as f:
+    f.write(repr(time.time()))
 
 dist.init_process_group(backend)
 rank, size = dist.get_rank(), dist.get_world_size()
