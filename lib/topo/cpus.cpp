@@ -1,6 +1,8 @@
 #include "topo/cpus.hpp"
 
 #include <sched.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +72,12 @@ bool overlap(const Share& a, const Share& b) {
   return false;
 }
 
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
 std::string boot_id() {
   std::ifstream file("/proc/sys/kernel/random/boot_id");
   std::string id;
@@ -78,15 +86,19 @@ std::string boot_id() {
 
 }  // namespace
 
-std::string node_identity(const std::string& host_name, const std::string& boot_id) {
-  return boot_id.empty() ? host_name : host_name + "/" + boot_id;
+std::string node_identity(const std::string& host_name, const std::string& boot_id, const std::string& shm_device) {
+  std::string id = boot_id.empty() ? host_name : host_name + "/" + boot_id;
+  return shm_device.empty() ? id : id + "/shm:" + shm_device;
 }
 
 std::string node_identity() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return node_identity(host, boot_id());
+  struct stat shm {};
+  const std::string device =
+      stat("/dev/shm", &shm) == 0 ? std::to_string(major(shm.st_dev)) + ":" + std::to_string(minor(shm.st_dev)) : "";
+  return node_identity(host_name(), boot_id(), device);
 }
+
+std::string host_identity() { return node_identity(host_name(), boot_id()); }
 
 std::string cpu_share() {
   const std::string id = boot_id();

@@ -13,12 +13,20 @@ namespace hiercoll::topo {
 int cpus_for_local_ranks();
 
 /// Which node this process runs on, when nothing names it (HIERCOLL_NODE_ID): the host name and the kernel's boot
-/// id, as NCCL's host hash. The host name alone takes containers started with one --hostname on different machines
-/// for one node; the boot id alone, network namespaces of one machine that emulate nodes under names of their own.
-/// `boot_id` empty (no /proc): the host name alone.
-std::string node_identity(const std::string& host_name, const std::string& boot_id);
-/// This machine's: gethostname() and /proc/sys/kernel/random/boot_id.
+/// id, as NCCL's host hash, and the file system its shared-memory segments live in (/dev/shm's device number). The
+/// host name alone takes containers started with one --hostname on different machines for one node; the boot id
+/// alone, network namespaces of one machine that emulate nodes under names of their own. The device: containers of
+/// one machine with one host name and a /dev/shm each (docker's default, without --ipc=host) cannot attach each
+/// other's segments and are two nodes; one /dev/shm bind-mounted into both is one. On one boot a device number names
+/// one mounted file system, so equal numbers prove that the segments one rank makes are there for the other.
+/// `boot_id` empty (no /proc): the host name alone; `shm_device` empty (no /dev/shm): left out.
+std::string node_identity(const std::string& host_name, const std::string& boot_id,
+                          const std::string& shm_device = "");
+/// This process's: gethostname(), /proc/sys/kernel/random/boot_id and stat("/dev/shm").
 std::string node_identity();
+/// The machine alone (host name and boot id, not the shared-memory file system): what network_identity is made of,
+/// since containers with a /dev/shm each may still share a network.
+std::string host_identity();
 
 /// This rank's place on its machine, to gather from every rank at start-up: the kernel's boot id (one per booted
 /// machine, the same in each of its containers and network namespaces, so nodes emulated on one host share it)

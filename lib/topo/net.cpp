@@ -134,8 +134,8 @@ std::string interface_toward(const std::string& host) {
 std::string network_identity() {
   char netns[64] = {0};
   const ssize_t n = readlink("/proc/self/ns/net", netns, sizeof netns - 1);
-  // The boot id too (node_identity): every machine's first network namespace has the same inode number.
-  return node_identity() + "/" + (n > 0 ? std::string(netns, static_cast<size_t>(n)) : "net:?");
+  // The boot id too (host_identity): every machine's first network namespace has the same inode number.
+  return host_identity() + "/" + (n > 0 ? std::string(netns, static_cast<size_t>(n)) : "net:?");
 }
 
 std::vector<Nearness> nic_nearness(const std::vector<NicLocator>& nics) {

@@ -37,9 +37,9 @@ bool host_only_interface(const std::string& name);
 /// 127.0.0.1.
 std::string outward_address();
 
-/// This process's network: its node (node_identity) and network namespace ("host/boot-id/net:[4026531840]"). Ranks with the same
-/// identity share their interfaces and addresses; ranks with different ones are on different hosts, or in different
-/// namespaces of one (emulated nodes), and one address cannot belong to both.
+/// This process's network: its machine (host_identity) and network namespace ("host/boot-id/net:[4026531840]"). Ranks
+/// with the same identity share their interfaces and addresses; ranks with different ones are on different hosts, or
+/// in different namespaces of one (emulated nodes), and one address cannot belong to both.
 std::string network_identity();
 
 /// Where a NIC sits relative to the CPUs this process may run on.

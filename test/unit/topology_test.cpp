@@ -192,7 +192,7 @@ TEST_CASE("ranks per CPU: the most ranks on one rank's CPUs, per CPU, the same f
   CHECK(topo::ranks_per_cpu({share, share, share}) == Approx(3.0 / CPU_COUNT(&set)));
 }
 
-TEST_CASE("a node is a host name on one boot: same-named containers on two machines are two nodes", "[topo]") {
+TEST_CASE("a node is a host name on one boot with one /dev/shm: same-named containers apart are two nodes", "[topo]") {
   // Two machines whose containers were all started with --hostname trainer, two ranks on each.
   const std::string a = topo::node_identity("trainer", "1b0f6f3a-0000-4000-8000-00000000000a");
   const std::string b = topo::node_identity("trainer", "1b0f6f3a-0000-4000-8000-00000000000b");
@@ -206,6 +206,9 @@ TEST_CASE("a node is a host name on one boot: same-named containers on two machi
   CHECK(topo::node_identity("node0", "boot") == topo::node_identity("node0", "boot"));
   // No boot id to read: the host name alone, as before.
   CHECK(topo::node_identity("trainer", "") == "trainer");
+  // One machine, one host name, a /dev/shm each (containers without --ipc=host): two nodes; one /dev/shm: one.
+  CHECK(topo::node_identity("trainer", "boot", "0:51") != topo::node_identity("trainer", "boot", "0:52"));
+  CHECK(topo::node_identity("trainer", "boot", "0:51") == topo::node_identity("trainer", "boot", "0:51"));
   // This process's: its host name and this boot's id, which every process of the machine reads alike.
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -213,6 +216,8 @@ TEST_CASE("a node is a host name on one boot: same-named containers on two machi
   CHECK(mine.rfind(std::string(host) + "/", 0) == 0);
   CHECK(mine.size() > std::string(host).size() + 30);  // a UUID after the name
   CHECK(mine == topo::node_identity());
+  // /dev/shm's device after the machine's identity, which leaves it out.
+  CHECK(mine.rfind(topo::host_identity() + "/shm:", 0) == 0);
 }
 
 TEST_CASE("the tuning table prints the model's times and the selector's choice at every size", "[select]") {
