@@ -222,14 +222,6 @@ def test_mpirun_across_emulated_nodes(emulated_cluster):
     assert out.count("MASTER_ADDR=10.77.0.1") == 4, out
 
 
-def test_ddp_across_emulated_nodes_matches_gloo(emulated_cluster, tmp_path):
-    results = {}
-    for backend in ["hiercoll", "gloo"]:
-        _mpirun_on_cluster(emulated_cluster, "worker_ddp.py", [backend, tmp_path / backend, ""])
-        results[backend] = [torch.load(f"{tmp_path / backend}.{rank}") for rank in range(4)]
-    _assert_same_parameters(results["hiercoll"], results["gloo"], 1e-5)
-
-
 @pytest.mark.parametrize("backend", ["hiercoll", "gloo"])
 def test_error_texts_match_gloo(backend):
     """A timed-out barrier, failed monitored barriers and a dead peer raise what torch's tests expect of gloo."""
