@@ -287,12 +287,12 @@ def test_flight_recorder_dumps_name_the_rank_that_stopped(tmp_path):
     assert "collective: hiercoll:all_reduce" in report, report[-3000:]
 
 
-def _serial_elastic_params(ranks, steps):
-    """What worker_elastic.py's model holds after `steps` steps averaging `ranks` ranks' gradients, computed in one
-    process."""
+def _serial_ddp_params(ranks_per_step):
+    """What worker_elastic.py's and worker_shrink.py's model holds after one step per entry of `ranks_per_step`, each
+    averaging that many ranks' gradients, computed in one process: {name: tensor}."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
-    for step in range(steps):
+    for step, ranks in enumerate(ranks_per_step):
         grads = [torch.zeros_like(p) for p in model.parameters()]
         for r in range(ranks):
             g = torch.Generator().manual_seed(1000 * step + r)
@@ -304,7 +304,7 @@ def _serial_elastic_params(ranks, steps):
         with torch.no_grad():
             for p, g in zip(model.parameters(), grads):
                 p -= 0.1 * g
-    return model.state_dict()
+    return {name: p.detach() for name, p in model.named_parameters()}
 
 
 def test_torchrun_restarts_a_ddp_job_after_a_crash(tmp_path):
@@ -327,7 +327,7 @@ def test_torchrun_restarts_a_ddp_job_after_a_crash(tmp_path):
     assert started - died < 3.0, f"the next attempt started {started - died:.2f} s after the crash\n{output}"
     assert ready - died < 30.0, f"the next attempt initialized {ready - died:.2f} s after the crash\n{output}"
     params = torch.load(tmp_path / "params")
-    for name, want in _serial_elastic_params(3, 6).items():
+    for name, want in _serial_ddp_params([3] * 6).items():
         torch.testing.assert_close(params[name], want, rtol=1e-5, atol=1e-6)
 
 
@@ -378,26 +378,11 @@ def test_shrink_after_a_sigkill_continues_ddp_as_the_serial_reference(tmp_path):
     outputs = run_ranks(4, "worker_shrink.py", [tmp_path / "params", kill_at, steps], killed=(3,), timeout=180)
     for rank in range(3):
         assert f"rank {rank}: shrunk to 3 ranks" in outputs[rank], outputs
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
-    for step in range(steps):
-        ranks = 4 if step < kill_at else 3
-        grads = [torch.zeros_like(p) for p in model.parameters()]
-        for r in range(ranks):
-            g = torch.Generator().manual_seed(1000 * step + r)
-            x, y = torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
-            model.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            for acc, p in zip(grads, model.parameters()):
-                acc += p.grad / ranks
-        with torch.no_grad():
-            for p, g in zip(model.parameters(), grads):
-                p -= 0.1 * g
-    want = dict(model.named_parameters())
+    want = _serial_ddp_params([4 if step < kill_at else 3 for step in range(steps)])
     for rank in range(3):
         got = torch.load(f"{tmp_path / 'params'}.{rank}")
         for name, value in got.items():
-            assert torch.allclose(value, want[name].detach(), rtol=1e-5, atol=1e-6), \
+            assert torch.allclose(value, want[name], rtol=1e-5, atol=1e-6), \
                 f"rank {rank} {name} differs from the serial reference by {(value - want[name]).abs().max().item()}"
 
 
