@@ -1,4 +1,6 @@
 """Starts one Python process per rank with torch's env:// rendezvous and collects their results."""
+import contextlib
+import ctypes
 import json
 import os
 import select
@@ -33,6 +35,25 @@ class HeldStore:
 
     def env(self):
         return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.store.port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+
+def _die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a killed pytest leaves no loop
+
+
+@contextlib.contextmanager
+def busy_loops(count=2):
+    """`count` shell loops that never block (`while :; do :; done`), one core's worth each, for as long as the block
+    runs: the load under which torch's fault-tolerance scenarios must still pass (the runs that crashed in issue 80
+    had the test suite beside them). Ended with SIGKILL, and by the kernel if this process dies first."""
+    loops = [subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=_die_with_parent)
+             for _ in range(count)]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
 
 
 def base_env(extra=None):

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from launch import HERE, HeldStore, base_env, run_ranks
+from launch import HERE, HeldStore, base_env, busy_loops, run_ranks
 
 
 @pytest.mark.parametrize("size", [pytest.param(2, marks=pytest.mark.quick), 4])
@@ -347,19 +347,22 @@ def test_every_survivor_of_a_killed_rank_raises_within_2_s(victim, tmp_path):
 
 @pytest.mark.skipif(not _torch_at_least(2, 15), reason="torch's reconfigure API came with 2.15")
 @pytest.mark.parametrize("backend", ["hiercoll", "gloo"])
-def test_reconfigure_contract_beside_gloo(backend, tmp_path):
+def test_reconfigure_contract_under_load_beside_gloo(backend, load_run, tmp_path, record_property):
     """The scenarios of PyTorch's test_c10d_fault_tolerance.py (3 ranks; configure, send/recv, shrink by the last or
     a middle rank, scale down and up, identity, late join, merge and split, after abort, reused uuid), plus a merge
-    given as a set and, on hiercoll, the revoke after a timeout PyTorch tests on nccl2: each on every rank."""
+    given as a set and, on hiercoll, the revoke after a timeout PyTorch tests on nccl2: each on every rank, with two
+    busy loops beside the 3 ranks on this 2-core machine (issue 80's crashes came under load)."""
     # gloo's full-mesh connect fails now and then on a 2-core machine ("Connection closed by peer" while a peer is
-    # still connecting): the reference gets a second run; hiercoll gets one.
-    for attempt in range(2 if backend == "gloo" else 1):
-        try:
-            outputs = run_ranks(3, "worker_reconfigure.py", [backend, tmp_path / str(attempt)], timeout=150)
-            break
-        except AssertionError:
-            if backend != "gloo" or attempt == 1:
-                raise
+    # still connecting): the reference gets a second run, counted in the report; hiercoll gets one.
+    with busy_loops(2):
+        for attempt in range(2 if backend == "gloo" else 1):
+            try:
+                outputs = run_ranks(3, "worker_reconfigure.py", [backend, tmp_path / str(attempt)], timeout=150)
+                break
+            except AssertionError:
+                if backend != "gloo" or attempt == 1:
+                    raise
+    record_property("attempts", attempt + 1)
     scenarios = ["basic", "then_all_reduce", "then_send_recv", "shrink_last", "shrink_middle", "scale_down_up",
                  "single_to_all", "identity", "late_join", "merge_split", "merge_as_a_set", "after_abort",
                  "after_timeout", "rejects_reused_uuid"]
@@ -370,14 +373,19 @@ def test_reconfigure_contract_beside_gloo(backend, tmp_path):
 
 
 @pytest.mark.skipif(not _torch_at_least(2, 15), reason="dist.shrink_group reaches custom backends from 2.15")
-def test_shrink_after_a_sigkill_continues_ddp_as_the_serial_reference(tmp_path):
-    """4 ranks train with DDP; rank 3 is SIGKILLed at step 3; the survivors' step fails, they dist.shrink_group([3])
-    and train on to step 6. Their parameters equal a serial run: steps 0-2 averaging 4 ranks' gradients, steps 3-5
-    averaging 3 ranks'. (gloo has no shrink: NCCL alone implements it in PyTorch.)"""
+def test_shrink_after_a_sigkill_under_load_continues_ddp_as_the_serial_reference(load_run, tmp_path, record_property):
+    """4 ranks train with DDP, two busy loops beside them; rank 3 is SIGKILLed at step 3; the survivors' step fails,
+    they dist.shrink_group([3]) and train on to step 6. Their parameters equal a serial run: steps 0-2 averaging 4
+    ranks' gradients, steps 3-5 averaging 3 ranks'. (gloo has no shrink: NCCL alone implements it in PyTorch.)"""
     kill_at, steps = 3, 6
-    outputs = run_ranks(4, "worker_shrink.py", [tmp_path / "params", kill_at, steps], killed=(3,), timeout=180)
+    with busy_loops(2):
+        outputs = run_ranks(4, "worker_shrink.py", [tmp_path / "params", kill_at, steps], killed=(3,), timeout=180)
+    shrunk = []
     for rank in range(3):
-        assert f"rank {rank}: shrunk to 3 ranks" in outputs[rank], outputs
+        m = re.search(r"shrunk to 3 ranks ([0-9.]+) s after the death", outputs[rank])
+        assert m, outputs
+        shrunk.append(float(m.group(1)))
+    record_property("shrunk_s", max(shrunk))  # read by scripts/study/fault-times
     want = _serial_ddp_params([4 if step < kill_at else 3 for step in range(steps)])
     for rank in range(3):
         got = torch.load(f"{tmp_path / 'params'}.{rank}")

@@ -10,6 +10,7 @@ import datetime
 import os
 import sys
 import threading
+import time
 import traceback
 
 import torch
@@ -219,12 +220,12 @@ def rejects_reused_uuid(s):
 failed = 0
 for scenario in (basic, then_all_reduce, then_send_recv, shrink_last, shrink_middle, scale_down_up, single_to_all,
                  identity, late_join, merge_split, merge_as_a_set, after_abort, after_timeout, rejects_reused_uuid):
-    name = scenario.__name__
+    name, started = scenario.__name__, time.monotonic()
     try:
         outcome = scenario(Scenario(name)) or "ok"
     except Exception:
         outcome = "FAILED\n" + traceback.format_exc()
         failed += 1
-    print(f"rank {rank} scenario {name}: {outcome}", flush=True)
+    print(f"rank {rank} scenario {name}: {outcome} ({time.monotonic() - started:.2f} s)", flush=True)
     dist.destroy_process_group()
 sys.exit(1 if failed else 0)

@@ -1,12 +1,14 @@
 """A DDP job that loses a rank and goes on without it (torch >= 2.15's dist.shrink_group). 4 ranks train a small model
 for `kill_at` steps; then the last rank is SIGKILLed at the start of a step. The survivors' step fails (the peer watch
 names the dead rank), they shrink the default group to the 3 of them, wrap the model in a new DDP and train on from the
-failed step. Each survivor saves its parameters to <out>.<rank>; the test compares them with a serial reference.
+failed step. Each survivor saves its parameters to <out>.<rank>; the test compares them with a serial reference. The
+victim writes its moment of death to <out>.died; each survivor prints how long after it its group was shrunk.
 
     worker_shrink.py <out> <kill_at> <steps>"""
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -47,6 +49,9 @@ step = 0
 while step < steps:
     if step == kill_at and rank == size - 1:
         print(f"rank {rank}: killed at step {step}", flush=True)
+        with open(f"{out}.died.tmp", "w") as f:
+            f.write(repr(time.time()))
+        os.rename(f"{out}.died.tmp", f"{out}.died")
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         train_step(step)
@@ -60,7 +65,9 @@ while step < steps:
         # The failed step changed no parameter (the optimizer never ran); the new wrapper starts from them.
         assert all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        print(f"rank {rank}: shrunk to {dist.get_world_size()} ranks; step {step} again", flush=True)
+        after = time.time() - float(open(f"{out}.died").read())
+        print(f"rank {rank}: shrunk to {dist.get_world_size()} ranks {after:.3f} s after the death; step {step} again",
+              flush=True)
         continue
     step += 1
 torch.save({name: p.detach() for name, p in model.named_parameters()}, f"{out}.{rank}")
