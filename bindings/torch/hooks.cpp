@@ -84,7 +84,7 @@ void GroupHooks::start_abort_hooks(const std::shared_ptr<GroupHooks>& hooks) {
     std::lock_guard<std::mutex> lock(hooks->mutex_);
     table = hooks->aborts_;
   }
-  auto run = [table] {
+  auto run = [table]() mutable {
     for (const auto& [id, hook] : *table) {
       try {
         (*hook)();
@@ -92,6 +92,10 @@ void GroupHooks::start_abort_hooks(const std::shared_ptr<GroupHooks>& hooks) {
         LOG(WARNING) << "hiercoll: abort hook " << id << " threw: " << e.what();
       }
     }
+    // Let go of the hooks inside the gate: a group destroyed meanwhile leaves this snapshot their last owner, and
+    // torch's recorder hook owns the ProcessGroup, whose destructor takes the GIL. Released after the gate opened,
+    // that could run during finalization; released here, exit waits for it (with the GIL let go).
+    table.reset();
     ExitGate& gate = exit_gate();
     std::lock_guard<std::mutex> lock(gate.mutex);
     --gate.running;
