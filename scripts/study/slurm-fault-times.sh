@@ -33,6 +33,7 @@ rules() {  # rules -A|-D: the partition between the two nodes; both still reach 
 }
 trap 'rules -D; scancel --full --signal=KILL -u root 2>/dev/null; "$root/scripts/emulation/slurm" down >/dev/null 2>&1
       pkill -KILL -f "$tag-[0-9]" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'exit 143' TERM INT  # the cleanup above runs on these too: a stopped study leaves no rank behind
 "$root/scripts/emulation/slurm" up || exit 1
 export SLURM_CONF=/run/hiercoll-slurm/slurm.conf
 export HIERCOLL_FABRIC_PROVIDER=tcp HIERCOLL_TIMEOUT_MS=60000 HIERCOLL_HEARTBEAT_TIMEOUT_MS=2000
