@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `pip install` of hiercoll_torch into a fresh virtual environment, as a user would: the build runs CMake against the
-# torch of that environment, and afterwards `import hiercoll_torch` works from any directory without PYTHONPATH,
+# `pip install` of hiercoll_torch into a fresh virtual environment, as a user would: pip's default isolated build
+# stops at once naming --no-build-isolation; with it, the build runs CMake against the torch of that environment, and afterwards `import hiercoll_torch` works from any directory without PYTHONPATH,
 # and a 2-rank allreduce and allgather through the installed package give what every rank expects.
 # To not download torch (a few GB) again, the fresh venv sees the project venv's torch through a .pth file.
 #   usage: pip_install.sh <source dir> <work dir> <python with torch>
@@ -18,6 +18,16 @@ echo "$torch_site" > "$venv_site/project-torch.pth"
 # build/, and `cp -r` of a tree into itself fails (or not, depending on the order readdir returns).
 mkdir "$work/src"
 tar -C "$src" --exclude='./build*' --exclude='./.venv*' --exclude=./.git --exclude=./.cache -cf - . | tar -C "$work/src" -xf -
+# pip's default, an isolated build, sees no torch: it must stop in its configure step (no compiling) with an error
+# that says what to run instead.
+if "$work/venv/bin/pip" install --disable-pip-version-check "$work/src" >"$work/isolated.log" 2>&1; then
+  echo "FAIL: an isolated pip install built the torch backend without torch"; exit 1
+fi
+if ! grep -q -- "--no-build-isolation" "$work/isolated.log"; then
+  tail -40 "$work/isolated.log"; echo "FAIL: the isolated build's error does not name --no-build-isolation"; exit 1
+fi
+echo "isolated pip install: stopped, naming --no-build-isolation"
+rm -rf "$work/src/build-wheel"
 # Through the compiler cache scripts/dev/build uses, where there is one: this build compiles the same sources with the same
 # flags every time (its build directory, build-wheel/ in the copy, hashes as a relative path), so a rerun of an
 # unchanged tree compiles nothing, or only the torch extension's files where the project's venv (its torch headers)
