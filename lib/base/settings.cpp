@@ -32,6 +32,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_PEER_WATCH", "1"},
       {"HIERCOLL_HEARTBEAT_TIMEOUT_MS", "10000"},
       {"HIERCOLL_FABRIC_PROVIDER", ""},
+      {"HIERCOLL_LIBFABRIC", ""},
       {"HIERCOLL_FABRIC_IFACE", ""},
       {"HIERCOLL_SOCKET_IFNAME", ""},
       {"HIERCOLL_FABRIC_FORCE_MR", "0"},
@@ -118,6 +119,7 @@ void read_process(const Reader& r, Settings& s) {
   s.cpu_isa = r.one_of("HIERCOLL_CPU_ISA", {"scalar", "avx2", "avx512"});
   s.stream_bytes_set = !r.text("HIERCOLL_STREAM_BYTES").empty();
   s.stream_bytes = s.stream_bytes_set ? r.bytes("HIERCOLL_STREAM_BYTES", 0) : 0;
+  s.libfabric = r.text("HIERCOLL_LIBFABRIC");
 }
 
 Settings read(bool use_env) {

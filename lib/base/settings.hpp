@@ -2,8 +2,9 @@
 // Every tuning knob of hiercoll in one place: its variable, default and meaning are declared once (knobs(), the
 // list docs/tuning.md documents; a test checks the two agree) and read from the environment in one function,
 // Settings::from_env. A communicator reads them when it is made and passes them down; nothing below asks the
-// environment. HIERCOLL_DEBUG, HIERCOLL_CPU_ISA and HIERCOLL_STREAM_BYTES are process-wide (logging and the kernel
-// table exist before any communicator): process_settings() reads them once per process.
+// environment. HIERCOLL_DEBUG, HIERCOLL_CPU_ISA, HIERCOLL_STREAM_BYTES and HIERCOLL_LIBFABRIC are process-wide
+// (logging, the kernel table and the loaded libfabric exist before any communicator): process_settings() reads them
+// once per process.
 //
 // The launch environment (rank, size and rendezvous from torchrun, mpirun, Slurm: RANK, MASTER_ADDR, ...) is not a
 // setting: lib/launch reads it (launch/environment.cpp).
@@ -57,6 +58,7 @@ struct Settings {
   std::string cpu_isa;            ///< HIERCOLL_CPU_ISA: "" means the best the CPU has
   uint64_t stream_bytes = 0;      ///< HIERCOLL_STREAM_BYTES: kernel results this large bypass the caches; 0: never
   bool stream_bytes_set = false;  ///< whether it was set (else the reduce layer derives it from the cache size)
+  std::string libfabric;          ///< HIERCOLL_LIBFABRIC: the libfabric.so to load; "": the search (libfabric.hpp)
 
   /// Every knob from the environment, unset ones at their defaults. A malformed or out-of-range value throws
   /// InvalidUsageError naming the variable.
@@ -65,9 +67,9 @@ struct Settings {
   static Settings defaults();
 };
 
-/// What is process-wide (HIERCOLL_DEBUG, HIERCOLL_CPU_ISA, HIERCOLL_STREAM_BYTES), read from the environment the
-/// first time this is called (the other fields hold their defaults). Throws InvalidUsageError on a malformed value, and
-/// again on every call.
+/// What is process-wide (HIERCOLL_DEBUG, HIERCOLL_CPU_ISA, HIERCOLL_STREAM_BYTES, HIERCOLL_LIBFABRIC), read from the
+/// environment the first time this is called (the other fields hold their defaults). Throws InvalidUsageError on a
+/// malformed value, and again on every call.
 const Settings& process_settings();
 
 }  // namespace hiercoll::base

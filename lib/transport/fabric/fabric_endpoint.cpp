@@ -28,6 +28,7 @@
 #include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
 #include "topo/net.hpp"
+#include "transport/fabric/libfabric.hpp"
 #include "transport/fabric/provider_choice.hpp"
 #include "transport/mr_cache.hpp"
 #include "transport/transport.hpp"
@@ -36,7 +37,7 @@ namespace hiercoll::transport {
 namespace {
 
 std::string fi_message(const std::string& call, ssize_t rc) {
-  return call + " failed: " + fi_strerror(static_cast<int>(-rc)) + " (" + std::to_string(rc) + ")";
+  return call + " failed: " + fabric_strerror(static_cast<int>(-rc)) + " (" + std::to_string(rc) + ")";
 }
 
 void check_fi(const char* call, ssize_t rc) {
@@ -321,10 +322,10 @@ class FabricEndpoint final : public Endpoint {
     size_rxm_receive_buffers(options.rxm_rx_buffers);  // before the process's first fi_getinfo
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
-    ProviderChoice chosen = choose_provider(options, api_version_);
+    ProviderChoice chosen = choose_provider(options);
     info_ = chosen.info;
     nic_why_ = std::move(chosen.why);
-    check_fi("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
+    check_fi("fi_fabric", libfabric().fabric(info_->fabric_attr, &fabric_, nullptr));
     check_fi("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
 
     fi_av_attr av_attr{};
@@ -376,9 +377,10 @@ class FabricEndpoint final : public Endpoint {
           },
           [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
     }
-    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << FI_MAJOR(api_version_) << "."
-                                            << FI_MINOR(api_version_) << ", library " << FI_MAJOR(fi_version()) << "."
-                                            << FI_MINOR(fi_version()) << "), NIC " << domain() << " (" << nic_why_
+    const Libfabric& lib = libfabric();
+    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << FI_MAJOR(lib.api()) << "."
+                                            << FI_MINOR(lib.api()) << ", library " << FI_MAJOR(lib.version()) << "."
+                                            << FI_MINOR(lib.version()) << "), NIC " << domain() << " (" << nic_why_
                                             << "), progress " << (manual_control_ ? "manual" : "auto")
                                             << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
                                             << (needs_mr_ ? "registered (cache)" : "not needed"));
@@ -397,7 +399,7 @@ class FabricEndpoint final : public Endpoint {
     if (av_) fi_close(&av_->fid);
     if (domain_) fi_close(&domain_->fid);
     if (fabric_) fi_close(&fabric_->fid);
-    if (info_) fi_freeinfo(info_);
+    if (info_) libfabric().freeinfo(info_);  // info_ exists only once libfabric loaded
     ep_ = nullptr;
     cq_ = nullptr;
     av_ = nullptr;
@@ -520,7 +522,7 @@ class FabricEndpoint final : public Endpoint {
           } else if (error.err == FI_ECANCELED) {
             text = "cancelled";
           } else {
-            text = std::string(fi_strerror(error.err)) + " (" +
+            text = fabric_strerror(error.err) + " (" +
                    fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0) + ")";
           }
           finish(request, false, text);
@@ -544,9 +546,6 @@ class FabricEndpoint final : public Endpoint {
   // retransmit intervals, for a peer whose last acknowledgement was lost.
   static constexpr std::chrono::milliseconds kQuietBeforeLeaving{50};
 
-  // The API of the headers built against: libfabric enables what its version promises (EFA turns device RDMA on
-  // and offers FI_HMEM from 1.18).
-  const uint32_t api_version_ = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
   fi_info* info_ = nullptr;
   std::string nic_why_;
   fid_fabric* fabric_ = nullptr;

@@ -7,12 +7,15 @@
 // rank crashes or hangs instead (and reports status 1, not the signal). A real crash is caught by a handler that is
 // not async-signal-safe. libinfinipath skips the handler when IPATH_NO_BACKTRACE is set before it loads (the torch
 // binding sets it before importing the library); for every other program this runs after the libraries libhiercoll
-// depends on were initialised and gives each such signal back its default disposition.
+// depends on were initialised, and again once libfabric was loaded (libfabric.cpp), and gives each such signal back
+// its default disposition.
 #include <dlfcn.h>
 #include <signal.h>
 
 #include <cstring>
 #include <initializer_list>
+
+#include "transport/fabric/libfabric.hpp"
 
 namespace hiercoll::transport {
 namespace {
@@ -24,7 +27,9 @@ bool foreign(const char* file) {
   return std::strncmp(base, "libinfinipath", std::strlen("libinfinipath")) == 0;
 }
 
-__attribute__((constructor)) void restore_default_dispositions() {
+}  // namespace
+
+void restore_default_dispositions() {
   for (int sig : {SIGINT, SIGQUIT, SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGTERM}) {
     struct sigaction current {};
     if (sigaction(sig, nullptr, &current) != 0) continue;
@@ -40,5 +45,9 @@ __attribute__((constructor)) void restore_default_dispositions() {
   }
 }
 
+namespace {
+// For a libinfinipath loaded before libhiercoll (a program that loaded libfabric itself).
+__attribute__((constructor)) void restore_at_load() { restore_default_dispositions(); }
 }  // namespace
+
 }  // namespace hiercoll::transport

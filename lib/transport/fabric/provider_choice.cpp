@@ -16,6 +16,7 @@
 #include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 #include "topo/net.hpp"
+#include "transport/fabric/libfabric.hpp"
 #include "transport/fabric/nic_choice.hpp"
 
 namespace hiercoll::transport {
@@ -25,7 +26,8 @@ namespace {
 // FI_MR_LOCAL a provider that can register host memory itself does (EFA, through its own cache with a memory
 // monitor, so a freed and remapped buffer is noticed); FI_MR_LOCAL only where a provider cannot run without it.
 fi_info* hints_for(const std::string& provider, bool allow_mr_local) {
-  fi_info* hints = fi_allocinfo();
+  fi_info* hints = libfabric().dupinfo(nullptr);  // fi_allocinfo, through the loaded library
+  if (hints == nullptr) throw SystemError("fabric: fi_allocinfo: out of memory");
   hints->caps = FI_TAGGED;
   hints->ep_attr->type = FI_EP_RDM;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -136,7 +138,8 @@ void size_rxm_receive_buffers(size_t count) {
   std::call_once(once, [count] { setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(count).c_str(), /*overwrite=*/0); });
 }
 
-ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_version) {
+ProviderChoice choose_provider(const FabricOptions& options) {
+  const Libfabric& lib = libfabric();
   std::vector<std::string> providers;
   if (!options.provider.empty()) {
     providers.push_back(options.provider);
@@ -153,13 +156,13 @@ ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_versio
     int rc = -FI_ENODATA;
     for (bool mr_local : {false, true}) {
       fi_info* hints = hints_for(name, mr_local);
-      rc = fi_getinfo(api_version, nullptr, nullptr, 0, hints, &list);
-      fi_freeinfo(hints);
+      rc = lib.getinfo(lib.api(), nullptr, nullptr, 0, hints, &list);
+      lib.freeinfo(hints);
       if (rc == 0 && list) break;
     }
-    tried += (tried.empty() ? "" : ", ") + name + " (" + (rc ? fi_strerror(-rc) : "ok") + ")";
+    tried += (tried.empty() ? "" : ", ") + name + " (" + (rc ? lib.strerror(-rc) : "ok") + ")";
     if (rc != 0 || list == nullptr) continue;
-    std::unique_ptr<fi_info, void (*)(fi_info*)> owned(list, fi_freeinfo);
+    std::unique_ptr<fi_info, void (*)(fi_info*)> owned(list, lib.freeinfo);
     std::vector<fi_info*> usable;
     for (fi_info* info = list; info != nullptr; info = info->next) {
       if (carries_our_tags(info)) usable.push_back(info);
@@ -182,7 +185,7 @@ ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_versio
     ProviderChoice choice;
     fi_info* chosen = name == "shm" ? usable.front() : choose_domain(usable, options, choice.why);
     if (name == "tcp" && options.provider.empty()) warn_if_efa_unused();
-    choice.info = fi_dupinfo(chosen);
+    choice.info = lib.dupinfo(chosen);
     return choice;
   }
   throw FabricError("no usable libfabric provider for FI_EP_RDM + FI_TAGGED; tried: " + tried +

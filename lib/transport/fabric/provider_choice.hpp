@@ -14,13 +14,14 @@
 namespace hiercoll::transport {
 
 struct ProviderChoice {
-  fi_info* info = nullptr;  ///< the caller's: fi_freeinfo it
+  fi_info* info = nullptr;  ///< the caller's: libfabric().freeinfo it
   std::string why;          ///< why this NIC (for the start-up log); "" on shm, which has none
 };
 
-/// Throws FabricError naming every provider tried when none is usable, InvalidUsageError for a provider the job's
-/// shape cannot use (shm across nodes, or for more ranks than it joins).
-ProviderChoice choose_provider(const FabricOptions& options, uint32_t api_version);
+/// Throws FabricError naming every provider tried when none is usable (or where libfabric cannot be loaded:
+/// libfabric.hpp), InvalidUsageError for a provider the job's shape cannot use (shm across nodes, or for more ranks
+/// than it joins).
+ProviderChoice choose_provider(const FabricOptions& options);
 
 /// Sets FI_OFI_RXM_MSG_RX_SIZE to `count` where the job left it unset, once per process; it must run before the
 /// process's first fi_getinfo (libfabric reads it once).

@@ -1,0 +1,136 @@
+// libfabric loaded at run time (libfabric.hpp).
+#include "transport/fabric/libfabric.hpp"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "base/log.hpp"
+#include "base/settings.hpp"
+#include "hiercoll/errors.hpp"
+
+#if FI_MAJOR_VERSION != 1
+// The entry points below are taken at the versions libfabric 1.x's headers describe; a 2.x fabric.h may change
+// fi_info's layout under a new symbol version: check libfabric.map.in before raising this.
+#error "hiercoll's libfabric loader knows the symbol versions of libfabric 1.x only"
+#endif
+
+namespace hiercoll::transport {
+namespace {
+
+// Where libfabric is looked for when HIERCOLL_LIBFABRIC is unset: AWS's EFA installer's (the one with the efa
+// provider, which the distribution's libfabric may lack), then whatever the dynamic loader finds.
+const char* const kSearch[] = {"/opt/amazon/efa/lib64/libfabric.so.1", "/opt/amazon/efa/lib/libfabric.so.1",
+                               "libfabric.so.1"};
+
+// A symbol at the version this build's headers bind (what a link against libfabric 1.11-1.2x records), or the
+// unversioned symbol of a library built without a version script.
+template <typename Function>
+bool bind(void* handle, const char* name, const char* version, Function& out) {
+  void* symbol = dlvsym(handle, name, version);
+  if (symbol == nullptr) symbol = dlsym(handle, name);
+  out = reinterpret_cast<Function>(symbol);
+  return symbol != nullptr;
+}
+
+std::string loaded_path(void* handle, const std::string& fallback) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name) {
+    return map->l_name;
+  }
+  return fallback;
+}
+
+// The providers this libfabric offers, for the INFO log (the scan every first fi_getinfo makes anyway).
+std::string provider_names(const Libfabric& lib) {
+  fi_info* list = nullptr;
+  if (lib.getinfo(lib.api(), nullptr, nullptr, 0, nullptr, &list) != 0 || list == nullptr) return "none";
+  std::set<std::string> names;
+  for (const fi_info* info = list; info != nullptr; info = info->next) {
+    if (info->fabric_attr && info->fabric_attr->prov_name) names.insert(info->fabric_attr->prov_name);
+  }
+  lib.freeinfo(list);
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+struct Loaded {
+  Libfabric lib;
+  std::string error;  // "" once loaded
+};
+
+Loaded load() {
+  Loaded out;
+  const std::string& chosen = base::process_settings().libfabric;
+  std::vector<std::string> candidates;
+  if (!chosen.empty()) {
+    candidates.push_back(chosen);
+  } else {
+    candidates.assign(std::begin(kSearch), std::end(kSearch));
+  }
+  std::string tried;
+  for (const auto& file : candidates) {
+    // RTLD_LOCAL: libfabric's symbols stay out of the global scope, where they could interpose on another copy a
+    // host library (aws-ofi-nccl) loaded. RTLD_NOW: a library missing one of its own dependencies fails here, by
+    // name, not at the first call.
+    void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      tried += "\n  " + std::string(chosen.empty() ? "" : "HIERCOLL_LIBFABRIC=") + (why ? why : file + ": not loaded");
+      continue;
+    }
+    Libfabric& lib = out.lib;
+    const bool complete = bind(handle, "fi_getinfo", "FABRIC_1.3", lib.getinfo) &&
+                          bind(handle, "fi_freeinfo", "FABRIC_1.3", lib.freeinfo) &&
+                          bind(handle, "fi_dupinfo", "FABRIC_1.3", lib.dupinfo) &&
+                          bind(handle, "fi_fabric", "FABRIC_1.1", lib.fabric) &&
+                          bind(handle, "fi_version", "FABRIC_1.0", lib.version) &&
+                          bind(handle, "fi_strerror", "FABRIC_1.0", lib.strerror);
+    if (!complete || lib.version() < kOldestLibfabric) {
+      tried += "\n  " + file + ": " +
+               (complete ? "libfabric " + std::to_string(FI_MAJOR(lib.version())) + "." +
+                               std::to_string(FI_MINOR(lib.version())) + ", older than the 1.11 hiercoll needs"
+                         : std::string("not a libfabric (an entry point is missing)"));
+      lib = Libfabric{};
+      dlclose(handle);
+      continue;
+    }
+    lib.path = loaded_path(handle, file);
+    restore_default_dispositions();  // libinfinipath (the psm provider's) installs its handlers as it loads
+    // provider_names() runs at INFO only (the macro evaluates its text then).
+    HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << FI_MAJOR(lib.version()) << "."
+                                      << FI_MINOR(lib.version()) << ", providers " << provider_names(lib));
+    return out;
+  }
+  out.error = "libfabric could not be loaded, and hiercoll's transport between ranks needs it. Searched:" + tried +
+              "\nInstall libfabric (Debian and Ubuntu: apt-get install libfabric1; Amazon Linux and EC2 instances "
+              "with EFA: AWS's EFA installer, /opt/amazon/efa) or set HIERCOLL_LIBFABRIC to the path of its "
+              "libfabric.so.1.";
+  return out;
+}
+
+const Loaded& loaded() {
+  static const Loaded once = load();
+  return once;
+}
+
+}  // namespace
+
+const Libfabric& libfabric() {
+  const Loaded& l = loaded();
+  if (!l.error.empty()) throw FabricError(l.error);
+  return l.lib;
+}
+
+bool libfabric_available() { return loaded().error.empty(); }
+
+std::string fabric_strerror(int errnum) {
+  if (libfabric_available()) return libfabric().strerror(errnum);
+  return "libfabric error " + std::to_string(errnum);
+}
+
+}  // namespace hiercoll::transport
