@@ -7,10 +7,12 @@
 #include <chrono>
 #include <functional>
 
+#include "hiercoll/runtime.hpp"
 #include "hiercoll/store.hpp"
 #include "hiercoll/version.hpp"
 #include "hooks.hpp"
 #include "process_group.hpp"
+#include "tensors.hpp"
 
 namespace py = pybind11;
 
@@ -119,5 +121,26 @@ PYBIND11_MODULE(_C, m) {
       "Called at interpreter exit: no more abort hooks or future callbacks from hiercoll's threads; waits up to "
       "dump_limit for a flight-recorder dump under way.",
       py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "runtime_report",
+      [] {
+        const hiercoll::RuntimeReport r = hiercoll::runtime_report();
+        py::dict d;
+        d["version"] = r.version;
+        d["libfabric_loaded"] = r.libfabric_loaded;
+        d["libfabric_path"] = r.libfabric_path;
+        d["libfabric_version"] = r.libfabric_version;
+        d["providers"] = r.providers;
+        d["libfabric_error"] = r.libfabric_error;
+        d["hwloc_version"] = r.hwloc_version;
+        d["pmix_version"] = r.pmix_version;
+        d["device_buffers"] = r.device_buffers;
+        d["cuda_tensors_in_place"] = hiercoll_torch::cuda_tensors_in_place_built();
+        d["torch_built_for"] = HIERCOLL_TORCH_BUILT_FOR;
+        return d;
+      },
+      "What this process's hiercoll runs on (hiercoll::runtime_report) and what the binding was built for: "
+      "python -m hiercoll_torch.check prints it.");
   m.attr("__version__") = hiercoll::version();
+  m.attr("__torch_version__") = HIERCOLL_TORCH_BUILT_FOR;  // the torch this extension was compiled against
 }

@@ -100,6 +100,14 @@ bool on_device(const at::Tensor& t) {
 #endif
 }
 
+bool cuda_tensors_in_place_built() {
+#ifdef HIERCOLL_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Device collectives run after the work already on the caller's current stream, as with ProcessGroupNCCL.
 hiercoll::CallOptions stream_of(const at::Tensor& t) {
   hiercoll::CallOptions options;

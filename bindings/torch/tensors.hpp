@@ -28,6 +28,9 @@ at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op);
 void check_same_kind(const at::Tensor& a, const at::Tensor& b, const char* op);
 /// Whether hiercoll works on this tensor where it is (a CUDA tensor with hiercoll's device path).
 bool on_device(const at::Tensor& t);
+/// Whether this build hands CUDA tensors to hiercoll's device path (hiercoll and torch both built with CUDA); else
+/// every CUDA tensor is staged through a host copy.
+bool cuda_tensors_in_place_built();
 /// The caller's current stream, for device collectives (ordered after it, as ProcessGroupNCCL's).
 hiercoll::CallOptions stream_of(const at::Tensor& t);
 /// The memory hiercoll reads and writes: the tensor itself on CPU, else a host copy.

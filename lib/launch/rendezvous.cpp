@@ -19,6 +19,15 @@ bool pmix_built() {
 #endif
 }
 
+std::string pmix_version() {
+#ifdef HIERCOLL_WITH_PMIX
+  const char* text = PMIx_Get_version();
+  return text ? text : "";
+#else
+  return "";
+#endif
+}
+
 #ifdef HIERCOLL_WITH_PMIX
 namespace {
 

@@ -15,6 +15,8 @@ namespace hiercoll::launch {
 /// True when PMIx support is built in. Whether this process was started by a PMIx server is environment.cpp's to
 /// tell (it reads PMIX_NAMESPACE); call pmix_share_from_rank0 only then.
 bool pmix_built();
+/// The loaded libpmix's version (PMIx_Get_version), "" where PMIx is not built in.
+std::string pmix_version();
 
 /// Every process of the job calls this; rank 0's `make_value()` is what each one returns. Only rank 0 calls
 /// make_value (it may open a server first). Throws TimeoutError if the job's other processes do not fence

@@ -8,6 +8,7 @@
 
 #include "base/log.hpp"
 #include "hiercoll/topology.hpp"
+#include "topo/hwloc_version.hpp"
 
 namespace hiercoll {
 namespace {
@@ -74,3 +75,12 @@ MachineInfo detect_machine() {
 }
 
 }  // namespace hiercoll
+
+namespace hiercoll::topo {
+
+std::string hwloc_version() {
+  const unsigned v = hwloc_get_api_version();
+  return std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) + "." + std::to_string(v & 0xff);
+}
+
+}  // namespace hiercoll::topo

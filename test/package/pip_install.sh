@@ -38,6 +38,8 @@ fi
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
   "$work/venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation "$work/src"
 cd "$work"  # not the source tree: the import must come from site-packages
+# The check a user runs after installing (hiercoll_torch/check.py): every line ok, 2 ranks equal to gloo.
+env -u PYTHONPATH "$work/venv/bin/python" -m hiercoll_torch.check
 # Two ranks of test/torch/worker_launch.py (allreduce and allgather) through the test launcher, with the venv's Python.
 env -u PYTHONPATH "$work/venv/bin/python" - "$src/test/torch" <<'PY'
 import os, sys

@@ -14,8 +14,9 @@ import torch
 import torch.distributed as dist
 
 # libfabric's psm provider loads libinfinipath, which would otherwise install its own handlers for SIGINT, SIGTERM,
-# SIGSEGV and others as _C loads (Python's KeyboardInterrupt lost, and a SIGTERM from torchrun or Slurm turned into
-# exit() under running threads: lib/transport/fabric/foreign_handlers.cpp).
+# SIGSEGV and others as libfabric loads (at the first communicator: Python's KeyboardInterrupt lost, and a SIGTERM
+# from torchrun or Slurm turned into exit() under running threads: lib/transport/fabric/foreign_handlers.cpp). Set
+# here, before this process has threads of ours.
 os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
 from . import _C  # noqa: E402
 

@@ -44,18 +44,26 @@ std::string loaded_path(void* handle, const std::string& fallback) {
   return fallback;
 }
 
-// The providers this libfabric offers, for the INFO log (the scan every first fi_getinfo makes anyway).
-std::string provider_names(const Libfabric& lib) {
+// The providers this libfabric offers (the scan every first fi_getinfo makes anyway).
+std::vector<std::string> providers(const Libfabric& lib) {
   fi_info* list = nullptr;
-  if (lib.getinfo(lib.api(), nullptr, nullptr, 0, nullptr, &list) != 0 || list == nullptr) return "none";
+  if (lib.getinfo(lib.api(), nullptr, nullptr, 0, nullptr, &list) != 0 || list == nullptr) return {};
   std::set<std::string> names;
   for (const fi_info* info = list; info != nullptr; info = info->next) {
     if (info->fabric_attr && info->fabric_attr->prov_name) names.insert(info->fabric_attr->prov_name);
   }
   lib.freeinfo(list);
+  return {names.begin(), names.end()};
+}
+
+std::string provider_names(const Libfabric& lib) {
   std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
+  for (const auto& name : providers(lib)) text += (text.empty() ? "" : ", ") + name;
+  return text.empty() ? "none" : text;
+}
+
+std::string version_text(uint32_t version) {
+  return std::to_string(FI_MAJOR(version)) + "." + std::to_string(FI_MINOR(version));
 }
 
 struct Loaded {
@@ -92,8 +100,7 @@ Loaded load() {
                           bind(handle, "fi_strerror", "FABRIC_1.0", lib.strerror);
     if (!complete || lib.version() < kOldestLibfabric) {
       tried += "\n  " + file + ": " +
-               (complete ? "libfabric " + std::to_string(FI_MAJOR(lib.version())) + "." +
-                               std::to_string(FI_MINOR(lib.version())) + ", older than the 1.11 hiercoll needs"
+               (complete ? "libfabric " + version_text(lib.version()) + ", older than the 1.11 hiercoll needs"
                          : std::string("not a libfabric (an entry point is missing)"));
       lib = Libfabric{};
       dlclose(handle);
@@ -102,8 +109,8 @@ Loaded load() {
     lib.path = loaded_path(handle, file);
     restore_default_dispositions();  // libinfinipath (the psm provider's) installs its handlers as it loads
     // provider_names() runs at INFO only (the macro evaluates its text then).
-    HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << FI_MAJOR(lib.version()) << "."
-                                      << FI_MINOR(lib.version()) << ", providers " << provider_names(lib));
+    HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << version_text(lib.version()) << ", providers "
+                                      << provider_names(lib));
     return out;
   }
   out.error = "libfabric could not be loaded, and hiercoll's transport between ranks needs it. Searched:" + tried +
@@ -127,6 +134,19 @@ const Libfabric& libfabric() {
 }
 
 bool libfabric_available() { return loaded().error.empty(); }
+
+LibfabricReport libfabric_report() {
+  LibfabricReport report;
+  const Loaded& l = loaded();
+  report.error = l.error;
+  report.loaded = l.error.empty();
+  if (report.loaded) {
+    report.path = l.lib.path;
+    report.version = version_text(l.lib.version());
+    report.providers = providers(l.lib);
+  }
+  return report;
+}
 
 std::string fabric_strerror(int errnum) {
   if (libfabric_available()) return libfabric().strerror(errnum);

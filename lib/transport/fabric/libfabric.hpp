@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hiercoll::transport {
 
@@ -45,6 +46,16 @@ const Libfabric& libfabric();
 
 /// Whether libfabric() loads (it is then loaded); never throws.
 bool libfabric_available();
+
+struct LibfabricReport {
+  bool loaded = false;
+  std::string path, version;           ///< the file and its "major.minor", where loaded
+  std::vector<std::string> providers;  ///< sorted, each once
+  std::string error;                   ///< libfabric()'s error, where none loaded
+};
+
+/// Loads libfabric where nothing has yet; never throws.
+LibfabricReport libfabric_report();
 
 /// fi_strerror through the loaded library, or the number where none is loaded.
 std::string fabric_strerror(int errnum);
