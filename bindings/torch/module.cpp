@@ -136,11 +136,10 @@ PYBIND11_MODULE(_C, m) {
         d["pmix_version"] = r.pmix_version;
         d["device_buffers"] = r.device_buffers;
         d["cuda_tensors_in_place"] = hiercoll_torch::cuda_tensors_in_place_built();
-        d["torch_built_for"] = HIERCOLL_TORCH_BUILT_FOR;
         return d;
       },
-      "What this process's hiercoll runs on (hiercoll::runtime_report) and what the binding was built for: "
-      "python -m hiercoll_torch.check prints it.");
+      "What this process's hiercoll runs on (hiercoll::runtime_report) and whether CUDA tensors go in place "
+      "(__torch_version__: the torch it was built for); python -m hiercoll_torch.check prints both.");
   m.attr("__version__") = hiercoll::version();
   m.attr("__torch_version__") = HIERCOLL_TORCH_BUILT_FOR;  // the torch this extension was compiled against
 }

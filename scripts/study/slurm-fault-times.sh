@@ -81,10 +81,7 @@ finish() {  # finish FAULT STACK RUN T0 COUNT_PATTERN
   while kill -0 "$job" 2>/dev/null && (( $(now_ms) - t0 < 60000 )); do sleep 0.02; done
   if ! kill -0 "$job" 2>/dev/null; then ended=$(( $(now_ms) - t0 )); fi
   rules -D
-  if [ "$ended" = -1 ]; then
-    scancel --signal=KILL "$(squeue -h -o %i | head -1)" 2>/dev/null
-    wait "$job" 2>/dev/null
-  fi
+  [ "$ended" = -1 ] && scancel --signal=KILL "$(squeue -h -o %i | head -1)" 2>/dev/null
   wait "$job" 2>/dev/null
   sleep 0.2
   local named raised=-1
@@ -106,26 +103,31 @@ EOF
   sleep 0.5
 }
 
+# abandon FAULT STACK RUN: the job never got to the fault (its output on stderr); every field at -2.
+abandon() {
+  echo "$1 $2 ended_ms=-2 raised_ms=-2 named=0 left=$(running)"
+  cat "$3/out" >&2
+  pkill -KILL -f "$tag-[0-9]"
+  wait "$job"
+}
+
 for stack in $stacks; do
   for fault in ${FAULTS:-kill3 kill0 scancel partition}; do
     run=$dir/$stack-$fault
     mkdir -p "$run"
     victim=-1
     case $fault in kill3) victim=3 ;; kill0) victim=0 ;; esac
-    if [ "$stack" = openmpi ] || [ "$victim" = -1 ]; then job "$stack" -1 "$run"; else job "$stack" "$victim" "$run"; fi
     if [ "$stack" != openmpi ] && [ "$victim" != -1 ]; then
-      # The torch victim dies at its 20th iteration, writing the moment first.
+      # The torch victim kills itself at its 20th iteration, writing the moment first.
+      job "$stack" "$victim" "$run"
       for _ in $(seq 600); do [ -e "$run/died" ] && break; kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
-      if [ ! -e "$run/died" ]; then echo "$fault $stack ended_ms=-2 named=0 left=$(running)"; cat "$run/out" >&2
-        pkill -KILL -f "$tag-[0-9]"; wait "$job"; continue; fi
+      [ -e "$run/died" ] || { abandon "$fault" "$stack" "$run"; continue; }
       t0=$(python3 -c "import sys; print(int(float(open(sys.argv[1]).read()) * 1000))" "$run/died")
       finish "$fault" "$stack" "$run" "$t0" "noticed .*rank $victim"
       continue
     fi
-    if ! started "$run" "$stack"; then
-      echo "$fault $stack ended_ms=-2 named=0 left=$(running)"; cat "$run/out" >&2
-      pkill -KILL -f "$tag-[0-9]"; wait "$job"; continue
-    fi
+    job "$stack" -1 "$run"
+    started "$run" "$stack" || { abandon "$fault" "$stack" "$run"; continue; }
     t0=$(now_ms)
     case $fault in
       kill3|kill0) kill -KILL "$(pgrep -f "$tag-${victim}( |$)")" ;;

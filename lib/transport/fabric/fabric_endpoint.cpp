@@ -378,9 +378,9 @@ class FabricEndpoint final : public Endpoint {
           [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
     }
     const Libfabric& lib = libfabric();
-    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << FI_MAJOR(lib.api()) << "."
-                                            << FI_MINOR(lib.api()) << ", library " << FI_MAJOR(lib.version()) << "."
-                                            << FI_MINOR(lib.version()) << "), NIC " << domain() << " (" << nic_why_
+    HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << fabric_version_text(lib.api())
+                                            << ", library " << fabric_version_text(lib.version()) << "), NIC "
+                                            << domain() << " (" << nic_why_
                                             << "), progress " << (manual_control_ ? "manual" : "auto")
                                             << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
                                             << (needs_mr_ ? "registered (cache)" : "not needed"));

@@ -62,10 +62,6 @@ std::string provider_names(const Libfabric& lib) {
   return text.empty() ? "none" : text;
 }
 
-std::string version_text(uint32_t version) {
-  return std::to_string(FI_MAJOR(version)) + "." + std::to_string(FI_MINOR(version));
-}
-
 struct Loaded {
   Libfabric lib;
   std::string error;  // "" once loaded
@@ -100,7 +96,7 @@ Loaded load() {
                           bind(handle, "fi_strerror", "FABRIC_1.0", lib.strerror);
     if (!complete || lib.version() < kOldestLibfabric) {
       tried += "\n  " + file + ": " +
-               (complete ? "libfabric " + version_text(lib.version()) + ", older than the 1.11 hiercoll needs"
+               (complete ? "libfabric " + fabric_version_text(lib.version()) + ", older than the 1.11 hiercoll needs"
                          : std::string("not a libfabric (an entry point is missing)"));
       lib = Libfabric{};
       dlclose(handle);
@@ -109,8 +105,8 @@ Loaded load() {
     lib.path = loaded_path(handle, file);
     restore_default_dispositions();  // libinfinipath (the psm provider's) installs its handlers as it loads
     // provider_names() runs at INFO only (the macro evaluates its text then).
-    HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << version_text(lib.version()) << ", providers "
-                                      << provider_names(lib));
+    HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << fabric_version_text(lib.version())
+                                      << ", providers " << provider_names(lib));
     return out;
   }
   out.error = "libfabric could not be loaded, and hiercoll's transport between ranks needs it. Searched:" + tried +
@@ -135,6 +131,10 @@ const Libfabric& libfabric() {
 
 bool libfabric_available() { return loaded().error.empty(); }
 
+std::string fabric_version_text(uint32_t version) {
+  return std::to_string(FI_MAJOR(version)) + "." + std::to_string(FI_MINOR(version));
+}
+
 LibfabricReport libfabric_report() {
   LibfabricReport report;
   const Loaded& l = loaded();
@@ -142,7 +142,7 @@ LibfabricReport libfabric_report() {
   report.loaded = l.error.empty();
   if (report.loaded) {
     report.path = l.lib.path;
-    report.version = version_text(l.lib.version());
+    report.version = fabric_version_text(l.lib.version());
     report.providers = providers(l.lib);
   }
   return report;

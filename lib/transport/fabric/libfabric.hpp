@@ -57,6 +57,9 @@ struct LibfabricReport {
 /// Loads libfabric where nothing has yet; never throws.
 LibfabricReport libfabric_report();
 
+/// A libfabric version (FI_VERSION) as "major.minor".
+std::string fabric_version_text(uint32_t version);
+
 /// fi_strerror through the loaded library, or the number where none is loaded.
 std::string fabric_strerror(int errnum);
 
