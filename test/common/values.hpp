@@ -3,7 +3,9 @@
 // from exponent and mantissa with frexp/ldexp, so the reference is "computed another way".
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "hiercoll/types.hpp"
@@ -139,6 +141,29 @@ inline const std::vector<ReduceOp>& all_ops() {
   static const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
                                             ReduceOp::kAvg};
   return ops;
+}
+
+// The types and ops the collective matrices loop over (the multi-process worker, the in-process algorithm matrix):
+// all of them, unless HIERCOLL_TEST_MATRIX=widths, which scripts/dev/sanitize sets for ThreadSanitizer alone. That
+// keeps one type per element width (the widths the pipelines' chunks and pieces round to) and sum, max and avg (avg
+// adds a pass after the reduction). A type changes which kernel reduces a range, not which thread touches which bytes,
+// so the other types add races for no sanitizer to find; AddressSanitizer + UndefinedBehaviorSanitizer and the release
+// build still run every type and op.
+inline bool widths_only() {
+  static const bool widths = [] {
+    const char* v = std::getenv("HIERCOLL_TEST_MATRIX");
+    return v && std::string_view(v) == "widths";
+  }();
+  return widths;
+}
+inline const std::vector<DataType>& matrix_types() {
+  static const std::vector<DataType> widths = {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
+                                               DataType::kInt8};
+  return widths_only() ? widths : all_types();
+}
+inline const std::vector<ReduceOp>& matrix_ops() {
+  static const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg};
+  return widths_only() ? ops : all_ops();
 }
 
 }  // namespace hiercoll::test

@@ -87,10 +87,10 @@ void run_case(Communicator& comm, const hiercoll::test::CollectiveCase& c, const
 void run_allreduce(Communicator& comm, bool large) {
   const int n = comm.size(), r = comm.rank();
   const auto& allreduce = hiercoll::test::collective_case("allreduce");
-  for (DataType type : hiercoll::test::all_types()) {
+  for (DataType type : hiercoll::test::matrix_types()) {
     for (size_t count : sizes(large)) {
       const uint32_t seed = static_cast<uint32_t>(count * 31 + static_cast<int>(type) * 7);
-      hiercoll::test::for_each_run(allreduce, r, n, type, count, hiercoll::test::all_ops(), {false, true}, seed,
+      hiercoll::test::for_each_run(allreduce, r, n, type, count, hiercoll::test::matrix_ops(), {false, true}, seed,
                                    [&](const hiercoll::test::CaseArgs& a) { run_case(comm, allreduce, a); });
     }
   }
@@ -117,7 +117,7 @@ void run_allreduce(Communicator& comm, bool large) {
 void run_collectives(Communicator& comm) {
   const int n = comm.size(), r = comm.rank();
   for (const auto& c : hiercoll::test::collective_cases()) {
-    for (DataType type : hiercoll::test::all_types()) {
+    for (DataType type : hiercoll::test::matrix_types()) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{70001}}) {
         const uint32_t seed = static_cast<uint32_t>(count + 17 * static_cast<int>(type));
         hiercoll::test::for_each_run(c, r, n, type, count, {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg},
