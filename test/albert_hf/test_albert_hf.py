@@ -64,13 +64,14 @@ def curve(steps):
 
 
 def test_loss_falls_and_hiercoll_matches_gloo(tmp_path, corpus, tokenizer):
-    runs = {b: train(str(tmp_path / b), corpus, tokenizer, b, "--steps", "200") for b in ["hiercoll", "gloo"]}
+    # 100 steps: the mean loss of the last 10 is 2.46 below the first 10's by then, and no lower at 200 (2.39).
+    runs = {b: train(str(tmp_path / b), corpus, tokenizer, b, "--steps", "100") for b in ["hiercoll", "gloo"]}
     hiercoll, gloo = curve(runs["hiercoll"][0]), curve(runs["gloo"][0])
-    assert len(hiercoll) == 200 and len(gloo) == 200
+    assert len(hiercoll) == 100 and len(gloo) == 100
     assert hiercoll[:10].mean() - hiercoll[-10:].mean() > 1.0, hiercoll
     torch.testing.assert_close(hiercoll, gloo, rtol=1e-4, atol=0)
     summary = runs["hiercoll"][1][-1]
-    assert summary["backend"] == "hiercoll" and summary["ranks"] == 2 and summary["steps"] == 200
+    assert summary["backend"] == "hiercoll" and summary["ranks"] == 2 and summary["steps"] == 100
     assert summary["samples_per_s"] > 0 and summary["comm_wait_s"] >= 0
 
 
@@ -122,9 +123,9 @@ def test_interleaved_backends_each_average_their_own_steps(tmp_path, corpus, tok
         assert all(t["handover"] > p["backward_end"] for p, t in zip(timeline, timeline[1:]))
 
 
-def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, corpus, tokenizer):
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, corpus, tokenizer, whole):
     out = str(tmp_path / "run")
-    train(out, corpus, tokenizer, "hiercoll", "--steps", "4")
+    shutil.copytree(whole[0], out)  # a checkpoint of batch 8, resumed at batch 4
     cmd = torchrun_command(os.path.join(EXAMPLE, "train.py"), "--corpus", corpus, "--tokenizer", tokenizer, "--out",
                            out, "--steps", "8", "--resume", "--seq-len", "64", "--batch", "4")
     proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
@@ -133,21 +134,19 @@ def test_resume_refuses_a_checkpoint_of_another_run(tmp_path, corpus, tokenizer)
 
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun")
-def test_open_mpi_averaging_matches_hiercoll(tmp_path, corpus, tokenizer):
-    """--backend mpi: gradients summed by Open MPI's MPI_Allreduce (mpi4py) from the DDP hook."""
-    steps = {}
-    for backend in ["mpi", "hiercoll"]:
-        out = str(tmp_path / backend)
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl", "self,tcp",
-               "--mca", "btl_tcp_if_include", "lo", "-x", "HIERCOLL_SOCKET_IFNAME=lo", sys.executable,
-               os.path.join(EXAMPLE, "train.py"), "--corpus", corpus, "--tokenizer", tokenizer, "--out", out,
-               "--backend", backend, "--steps", "30", "--log-every", "1", *SMALL]
-        # stdin closed: mpirun forwards it to rank 0, and reading a terminal from the background stops the job.
-        proc = subprocess.run(cmd, env=env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        steps[backend], summaries = records(out)
-        assert summaries[-1]["backend"].startswith(backend)
-    torch.testing.assert_close(curve(steps["mpi"]), curve(steps["hiercoll"]), rtol=1e-4, atol=0)
+def test_open_mpi_averaging_matches_hiercoll(tmp_path, corpus, tokenizer, whole):
+    """--backend mpi: gradients summed by Open MPI's MPI_Allreduce (mpi4py) from the DDP hook, launched by mpirun;
+    the same 30 steps from the same seed as the uninterrupted hiercoll run under torchrun."""
+    out = str(tmp_path / "mpi")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl", "self,tcp",
+           "--mca", "btl_tcp_if_include", "lo", sys.executable, os.path.join(EXAMPLE, "train.py"), "--corpus", corpus,
+           "--tokenizer", tokenizer, "--out", out, "--backend", "mpi", "--steps", "30", "--log-every", "1", *SMALL]
+    # stdin closed: mpirun forwards it to rank 0, and reading a terminal from the background stops the job.
+    proc = subprocess.run(cmd, env=env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    steps, summaries = records(out)
+    assert summaries[-1]["backend"].startswith("mpi")
+    torch.testing.assert_close(curve(steps), curve(whole[1]), rtol=1e-4, atol=0)
 
 
 def test_hugging_face_trainer_trains_on_a_hiercoll_group(tmp_path, corpus, tokenizer):
