@@ -16,7 +16,8 @@ struct RuntimeReport {
   std::vector<std::string> providers;  ///< what its fi_getinfo offers, sorted
   std::string libfabric_error;         ///< where none loaded: each place searched, why, and what to install
   std::string hwloc_version;           ///< the API version of the hwloc library loaded
-  std::string pmix_version;            ///< of the libpmix loaded; "" where built without PMIx
+  std::string pmix_version;            ///< of the libpmix loaded at run time; "" where none loads (or built without
+                                       ///< PMIx's headers)
   bool device_buffers = false;         ///< built with the CUDA path (CUDA IPC, device kernels); else CUDA memory is
                                        ///< staged through host memory by the caller (the torch binding copies)
 };

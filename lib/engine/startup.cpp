@@ -19,7 +19,6 @@
 #include "reduce/reduce.hpp"
 #include "topo/cpus.hpp"
 #include "topo/net.hpp"
-#include "transport/memory/memory_fabric.hpp"
 
 namespace hiercoll::engine {
 namespace {
@@ -288,8 +287,7 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
-  std::unique_ptr<transport::Endpoint> endpoint =
-      fabric.provider == "memory" ? transport::open_memory_endpoint() : transport::open_fabric_endpoint(fabric);
+  std::unique_ptr<transport::Endpoint> endpoint = transport::open_endpoint(fabric);
   endpoint->connect(rank_, exchange_addresses(store, *endpoint));
   return endpoint;
 }

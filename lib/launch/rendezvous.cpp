@@ -1,12 +1,14 @@
 #include "launch/rendezvous.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "hiercoll/errors.hpp"
 
 #ifdef HIERCOLL_WITH_PMIX
-#include <pmix.h>
+#include "launch/pmix.hpp"
 #endif
 
 namespace hiercoll::launch {
@@ -21,8 +23,7 @@ bool pmix_built() {
 
 std::string pmix_version() {
 #ifdef HIERCOLL_WITH_PMIX
-  const char* text = PMIx_Get_version();
-  return text ? text : "";
+  return pmix_loaded_version();
 #else
   return "";
 #endif
@@ -33,7 +34,7 @@ namespace {
 
 void check_pmix(pmix_status_t rc, const std::string& what) {
   if (rc == PMIX_SUCCESS) return;
-  std::string text = what + " failed: " + PMIx_Error_string(rc);
+  std::string text = what + " failed: " + pmix().error_string(rc);
   if (rc == PMIX_ERR_TIMEOUT) throw TimeoutError("PMIx rendezvous: " + text + " (did every rank of the job start?)");
   throw RemoteError("PMIx rendezvous: " + text);
 }
@@ -45,8 +46,8 @@ void check_pmix(pmix_status_t rc, const std::string& what) {
 const pmix_proc_t& pmix_self() {
   static const pmix_proc_t self = [] {
     pmix_proc_t me{};
-    check_pmix(PMIx_Init(&me, nullptr, 0), "PMIx_Init");
-    std::atexit([] { PMIx_Finalize(nullptr, 0); });
+    check_pmix(pmix().init(&me, nullptr, 0), "PMIx_Init");
+    std::atexit([] { pmix().finalize(nullptr, 0); });
     return me;
   }();
   return self;
@@ -64,32 +65,36 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
                             std::to_string(me.rank));
   }
   const std::string pmix_key = "hiercoll." + key;
+  const Pmix& lib = pmix();
   if (rank == 0) {
     std::string value = make_value();
-    pmix_value_t v;
-    PMIX_VALUE_LOAD(&v, value.c_str(), PMIX_STRING);
-    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, pmix_key.c_str(), &v);
-    PMIX_VALUE_DESTRUCT(&v);
-    check_pmix(rc, "PMIx_Put");
-    check_pmix(PMIx_Commit(), "PMIx_Commit");
+    pmix_value_t v{};
+    v.type = PMIX_STRING;
+    v.data.string = value.data();  // PMIx_Put copies it
+    check_pmix(lib.put(PMIX_GLOBAL, pmix_key.c_str(), &v), "PMIx_Put");
+    check_pmix(lib.commit(), "PMIx_Commit");
   }
   // The fence makes rank 0's value visible to all; bounded so a rank that never comes cannot hang the others.
-  pmix_info_t info[2];
-  bool collect = true;
-  int seconds =
+  pmix_info_t info[2]{};
+  std::strncpy(info[0].key, PMIX_COLLECT_DATA, PMIX_MAX_KEYLEN);
+  info[0].value.type = PMIX_BOOL;
+  info[0].value.data.flag = true;
+  std::strncpy(info[1].key, PMIX_TIMEOUT, PMIX_MAX_KEYLEN);
+  info[1].value.type = PMIX_INT;
+  info[1].value.data.integer =
       static_cast<int>(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
-  PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-  PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
-  pmix_status_t rc = PMIx_Fence(nullptr, 0, info, 2);
-  PMIX_INFO_DESTRUCT(&info[0]);
-  PMIX_INFO_DESTRUCT(&info[1]);
-  check_pmix(rc, "PMIx_Fence");
+  check_pmix(lib.fence(nullptr, 0, info, 2), "PMIx_Fence");
 
-  pmix_proc_t root;
-  PMIX_LOAD_PROCID(&root, me.nspace, 0);
+  pmix_proc_t root{};
+  std::memcpy(root.nspace, me.nspace, sizeof root.nspace);
+  root.rank = 0;
   pmix_value_t* value = nullptr;
-  check_pmix(PMIx_Get(&root, pmix_key.c_str(), nullptr, 0, &value), "PMIx_Get(" + pmix_key + ")");
-  std::unique_ptr<pmix_value_t, void (*)(pmix_value_t*)> owned(value, [](pmix_value_t* v) { PMIX_VALUE_RELEASE(v); });
+  check_pmix(lib.get(&root, pmix_key.c_str(), nullptr, 0, &value), "PMIx_Get(" + pmix_key + ")");
+  // What PMIx_Get returns is the caller's, allocated with malloc: the string inside, then the value.
+  std::unique_ptr<pmix_value_t, void (*)(pmix_value_t*)> owned(value, [](pmix_value_t* v) {
+    if (v->type == PMIX_STRING) std::free(v->data.string);
+    std::free(v);
+  });
   if (value->type != PMIX_STRING || value->data.string == nullptr) {
     throw RemoteError("PMIx rendezvous: rank 0's " + pmix_key + " is not a string");
   }

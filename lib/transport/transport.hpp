@@ -22,7 +22,7 @@ struct Request {
   std::atomic<State> state{State::kPending};
   bool is_send = false;
   int peer = -1;
-  Tag tag = 0;
+  Tag tag = 0;             ///< Receives, once done: the tag of the message that completed it.
   size_t bytes_posted = 0;
   size_t bytes_done = 0;  ///< Receives: bytes the message held (smaller than posted if the sender sent less).
   int source = -1;        ///< Receives posted for any source: who sent it (from the tag).
@@ -92,7 +92,7 @@ class Endpoint {
 
 /// Options for opening the fabric endpoint (filled from CommOptions and the environment).
 struct FabricOptions {
-  std::string provider;   ///< "tcp", "shm", "efa"...; empty: one node: shm; else efa if present, else tcp.
+  std::string provider;   ///< "tcp", "shm", "efa", "unix", "memory"...; empty: the rule of open_endpoint.
   std::string interface;  ///< HIERCOLL_FABRIC_IFACE: NICs to choose among (fabric/nic_choice.hpp); empty: the rule.
   std::string rendezvous_host;  ///< the store's host, where known: the NIC that routes there marks the data NICs
   int local_rank = 0;           ///< picks this rank's NIC among the node's (rail l on NIC l)
@@ -107,5 +107,11 @@ struct FabricOptions {
 
 /// Opens a libfabric FI_EP_RDM endpoint with tagged messaging.
 std::unique_ptr<Endpoint> open_fabric_endpoint(const FabricOptions& options);
+
+/// Opens the endpoint `options.provider` names: "memory" (memory/memory_fabric.hpp), "unix" (unix/unix_endpoint.hpp),
+/// any other name a libfabric provider. None named: libfabric's choice for the job's shape (fabric/provider_choice.hpp),
+/// or "unix" where every rank is on one host and no libfabric loads. Throws FabricError where none can be opened
+/// (across hosts without libfabric: what was searched and what to install), InvalidUsageError for "unix" across hosts.
+std::unique_ptr<Endpoint> open_endpoint(const FabricOptions& options);
 
 }  // namespace hiercoll::transport

@@ -13,6 +13,11 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 worker=$1 python=${2:-} torch_tests=${3:-}
 command -v slurmctld >/dev/null && command -v srun >/dev/null || { echo "slurm_check: no Slurm; skipped"; exit 77; }
+# The nodes run what this tree built, as a cluster's do from a shared file system; each node has a /tmp of its own.
+case "$root/" in
+  /tmp/*) echo "FAIL: the tree is under /tmp ($root), which each emulated node has its own of: clone it elsewhere"
+          exit 1 ;;
+esac
 dir=$(mktemp -d /var/tmp/hiercoll-slurm-check.XXXXXX)  # seen by every node: each has its own /tmp
 tag=hiercoll-slurm-$$
 trap '"$root/scripts/emulation/slurm" down >/dev/null 2>&1; pkill -KILL -f "^$tag" 2>/dev/null; rm -rf "$dir"' EXIT

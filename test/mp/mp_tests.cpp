@@ -434,6 +434,48 @@ TEST_CASE("with no provider named, one host's ranks open the fabric after create
   CHECK_THAT(result.ranks[0].output, Catch::Contains("scale: 4 ranks on 1 nodes, every collective matched"));
 }
 
+// Where no libfabric loads (HIERCOLL_LIBFABRIC naming a file that is not there: only that one is tried), one host's
+// ranks take hiercoll's own endpoint, unix, and every collective, point to point and alltoall included, matches the
+// serial reference on every rank; HIERCOLL_FABRIC_PROVIDER=unix names it with libfabric present.
+TEST_CASE("without libfabric, one host's ranks pass messages over Unix sockets and every collective matches",
+          "[mp][quick]") {
+  const bool named = GENERATE(false, true);
+  auto options = named ? loopback({{"HIERCOLL_FABRIC_PROVIDER", "unix"}})
+                       : loopback({{"HIERCOLL_FABRIC_PROVIDER", ""}, {"HIERCOLL_LIBFABRIC", "/nonexistent/libfabric.so.1"}});
+  INFO((named ? "HIERCOLL_FABRIC_PROVIDER=unix" : "no libfabric"));
+  auto nic = launch(3, HIERCOLL_MP_WORKER, {"nic"}, options);
+  INFO(nic.report());
+  REQUIRE(nic.all_ok());
+  for (int r = 0; r < 3; ++r) {
+    CHECK_THAT(nic.ranks[static_cast<size_t>(r)].output, Catch::Contains("rank " + std::to_string(r) + " NIC unix"));
+  }
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"collectives"}, options);
+  INFO(result.report());
+  CHECK(result.all_ok());
+}
+
+// Across nodes a job needs libfabric: without it every rank fails create at once, instead of waiting for a timeout
+// or running its network phase on a path nobody chose. A rank that opens its endpoint names what was searched and
+// what to install; one that another's failure reaches first (the node's shared memory gone with its maker) names
+// that rank, which gave up.
+TEST_CASE("without libfabric, a job across nodes fails create at once, naming what to install", "[mp][errors][quick]") {
+  auto options = loopback({{"HIERCOLL_FABRIC_PROVIDER", ""}, {"HIERCOLL_LIBFABRIC", "/nonexistent/libfabric.so.1"}});
+  options.node_of = {0, 0, 1, 1};
+  const auto start = std::chrono::steady_clock::now();
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"hello"}, options);
+  INFO(result.report());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  int named = 0;
+  for (const auto& rank : result.ranks) {
+    CHECK(rank.exit_code == 3);
+    const bool names_libfabric = rank.output.find("/nonexistent/libfabric.so.1") != std::string::npos &&
+                                 rank.output.find("apt-get install libfabric1") != std::string::npos;
+    named += names_libfabric;
+    if (!names_libfabric) CHECK_THAT(rank.output, Catch::Contains("gave up on the communicator"));
+  }
+  CHECK(named >= 1);
+}
+
 bool names_rank(const std::string& text, int rank);
 TEST_CASE("a rank killed before the fabric opened after create is named by every survivor, well before the timeout",
           "[mp][errors]") {

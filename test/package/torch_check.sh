@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # python -m hiercoll_torch.check, as a user runs it after installing: exit 0 here, with every line ok (the torch the
 # binding was built for, libfabric found, 2 ranks' all_reduce equal to gloo's); and exit 1 with a FAIL line naming
-# the file searched where libfabric cannot be loaded.
+# the file searched where libfabric cannot be loaded, the 2 ranks of this host still equal to gloo (provider unix).
 #   usage: torch_check.sh PYTHON   (PYTHONPATH names the package)
 set -uo pipefail
 python=$1
@@ -19,4 +19,5 @@ HIERCOLL_LIBFABRIC=$missing timeout 300 "$python" -m hiercoll_torch.check >"$out
   fail "the check passed with HIERCOLL_LIBFABRIC=$missing"
 grep -q "^\[FAIL\] libfabric: .*" "$out" && grep -q "$missing" "$out" ||
   fail "without libfabric the check does not say which file it searched"
-echo "without libfabric: status 1, naming $missing"
+grep -q "^\[ok\] collectives:" "$out" || fail "without libfabric the ranks of one host did not run"
+echo "without libfabric: status 1, naming $missing; the 2 ranks of this host equal to gloo"

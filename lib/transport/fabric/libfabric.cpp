@@ -109,7 +109,7 @@ Loaded load() {
                                       << ", providers " << provider_names(lib));
     return out;
   }
-  out.error = "libfabric could not be loaded, and hiercoll's transport between ranks needs it. Searched:" + tried +
+  out.error = "libfabric could not be loaded, and hiercoll's transport between hosts needs it. Searched:" + tried +
               "\nInstall libfabric (Debian and Ubuntu: apt-get install libfabric1; Amazon Linux and EC2 instances "
               "with EFA: AWS's EFA installer, /opt/amazon/efa) or set HIERCOLL_LIBFABRIC to the path of its "
               "libfabric.so.1.";

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
-#include <list>
 #include <mutex>
 #include <random>
 #include <unordered_map>
 #include <vector>
 
 #include "hiercoll/errors.hpp"
+#include "transport/matching.hpp"
 
 namespace hiercoll::transport {
 
@@ -19,10 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct MemoryRequest : Request {
-  void* buffer = nullptr;  // receives: where the message goes
-  Tag ignore = 0;          // receives: tag bits that need not match
-};
+using MemoryRequest = MatchedRequest;
 
 struct Message {
   int source = -1;
@@ -33,122 +30,7 @@ struct Message {
   uint64_t order = 0;  // sending order, to deliver messages due at the same time in that order
 };
 
-void complete(MemoryRequest& request, size_t bytes) {
-  request.bytes_done = bytes;
-  request.state.store(Request::State::kDone, std::memory_order_release);
-}
-
-void fail(MemoryRequest& request, const std::string& why) {
-  if (request.done()) return;
-  request.error = why;
-  request.state.store(Request::State::kFailed, std::memory_order_release);
-}
-
-bool matches(const MemoryRequest& recv, const Message& message) {
-  return (recv.peer < 0 || recv.peer == message.source) && ((recv.tag ^ message.tag) & ~recv.ignore) == 0;
-}
-
-// Copies a message into a matching receive and completes it; a message larger than the receive fails it (as
-// libfabric reports truncation).
-void receive_into(MemoryRequest& recv, const Message& message) {
-  recv.source = message.source;
-  if (message.data.size() > recv.bytes_posted) {
-    fail(recv, "message of " + std::to_string(message.data.size()) + " bytes truncated to the " +
-                   std::to_string(recv.bytes_posted) + " posted");
-    return;
-  }
-  if (!message.data.empty()) std::memcpy(recv.buffer, message.data.data(), message.data.size());
-  complete(recv, message.data.size());
-}
-
-// Posted receives and unexpected messages, kept per source so that matching costs what one peer has pending, not
-// what the whole world has: an alltoall posts a receive from every rank at once. The rule is the contract's: a message
-// goes to the first posted receive that matches it, a receive takes the first arrived message that matches it.
-// Receives from any source and arrivals keep a sequence number to tell which came first across the per-source lists.
-struct Matching {
-  struct Posted {
-    std::shared_ptr<MemoryRequest> request;
-    uint64_t sequence;
-  };
-  struct Arrived {
-    Message message;
-    uint64_t sequence;
-  };
-  std::unordered_map<int, std::list<Posted>> receives;  // by source
-  std::list<Posted> receives_from_any;
-  std::unordered_map<int, std::list<Arrived>> unexpected;  // by source
-  uint64_t next_sequence = 0;
-
-  // The first posted receive matching `message`, taken out; null if none.
-  std::shared_ptr<MemoryRequest> take_receive(const Message& message) {
-    std::list<Posted>* directed = nullptr;
-    std::list<Posted>::iterator first_directed;
-    auto peer = receives.find(message.source);
-    if (peer != receives.end()) {
-      first_directed = std::find_if(peer->second.begin(), peer->second.end(),
-                                    [&](const Posted& p) { return matches(*p.request, message); });
-      if (first_directed != peer->second.end()) directed = &peer->second;
-    }
-    auto first_any = std::find_if(receives_from_any.begin(), receives_from_any.end(),
-                                  [&](const Posted& p) { return matches(*p.request, message); });
-    const bool any = first_any != receives_from_any.end();
-    if (!directed && !any) return nullptr;
-    std::shared_ptr<MemoryRequest> taken;
-    if (directed && (!any || first_directed->sequence < first_any->sequence)) {
-      taken = std::move(first_directed->request);
-      directed->erase(first_directed);
-      if (directed->empty()) receives.erase(peer);
-    } else {
-      taken = std::move(first_any->request);
-      receives_from_any.erase(first_any);
-    }
-    return taken;
-  }
-
-  // The first arrived message matching `request`, taken out; false if none.
-  bool take_unexpected(const MemoryRequest& request, Message& out) {
-    auto first_in = [&](std::list<Arrived>& arrived) {
-      return std::find_if(arrived.begin(), arrived.end(), [&](const Arrived& a) { return matches(request, a.message); });
-    };
-    std::unordered_map<int, std::list<Arrived>>::iterator best_source = unexpected.end();
-    std::list<Arrived>::iterator best;
-    auto consider = [&](std::unordered_map<int, std::list<Arrived>>::iterator source) {
-      auto it = first_in(source->second);
-      if (it != source->second.end() && (best_source == unexpected.end() || it->sequence < best->sequence)) {
-        best_source = source;
-        best = it;
-      }
-    };
-    if (request.peer >= 0) {
-      auto source = unexpected.find(request.peer);
-      if (source != unexpected.end()) consider(source);
-    } else {
-      for (auto source = unexpected.begin(); source != unexpected.end(); ++source) consider(source);
-    }
-    if (best_source == unexpected.end()) return false;
-    out = std::move(best->message);
-    best_source->second.erase(best);
-    if (best_source->second.empty()) unexpected.erase(best_source);
-    return true;
-  }
-
-  void post(std::shared_ptr<MemoryRequest> request) {
-    auto& list = request->peer < 0 ? receives_from_any : receives[request->peer];
-    list.push_back({std::move(request), next_sequence++});
-  }
-  void arrive(Message message) {
-    const int source = message.source;
-    unexpected[source].push_back({std::move(message), next_sequence++});
-  }
-  void fail_receives(const std::string& why) {
-    for (auto& [source, list] : receives) {
-      for (auto& p : list) fail(*p.request, why);
-    }
-    for (auto& p : receives_from_any) fail(*p.request, why);
-    receives.clear();
-    receives_from_any.clear();
-  }
-};
+using Matching = TagMatching<MemoryRequest, Message>;
 
 // One rank's side of the fabric: messages on their way to it, those that arrived before their receive, its
 // posted receives. Everything under `mutex`; `events` counts what a waiting owner should look at again.
@@ -210,10 +92,10 @@ std::vector<int> deliver_due(Box& b, Clock::time_point now) {
     return x.due != y.due ? x.due < y.due : x.order < y.order;
   });
   for (Message& message : due) {
-    complete(*message.send, message.data.size());
+    complete_request(*message.send, message.data.size());
     senders.push_back(message.source);
-    if (auto receive = b.matching.take_receive(message)) {
-      receive_into(*receive, message);
+    if (auto receive = b.matching.take_receive(message.source, message.tag)) {
+      deliver(*receive, message.source, message.tag, message.data);
     } else {
       message.send.reset();
       b.matching.arrive(std::move(message));
@@ -229,7 +111,7 @@ void kill_box(Box& b, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(b.mutex);
     b.dead = true;
-    b.matching.fail_receives(why);
+    b.matching.fail_receives([&](MemoryRequest& r) { fail_request(r, why); });
     for (Message& m : b.in_flight) m.send.reset();
     b.in_flight.clear();
     b.matching.unexpected.clear();
@@ -243,7 +125,7 @@ void withdraw(Box& b, int source, const std::string& why) {
   std::lock_guard<std::mutex> lock(b.mutex);
   auto from_source = std::stable_partition(b.in_flight.begin(), b.in_flight.end(),
                                            [source](const Message& m) { return m.source != source; });
-  for (auto it = from_source; it != b.in_flight.end(); ++it) fail(*it->send, why);
+  for (auto it = from_source; it != b.in_flight.end(); ++it) fail_request(*it->send, why);
   b.in_flight.erase(from_source, b.in_flight.end());
 }
 
@@ -282,10 +164,10 @@ class MemoryEndpoint : public Endpoint {
   }
 
   RequestPtr isend(int peer, Tag tag, const void* buffer, size_t bytes) override {
-    auto request = make(true, peer, tag, bytes);
+    auto request = MatchedRequest::send(peer, tag, bytes);
     check_peer(peer);
     if (dead()) {
-      fail(*request, "rank " + std::to_string(rank_) + " is dead");
+      fail_request(*request, "rank " + std::to_string(rank_) + " is dead");
       return request;
     }
     Message message;
@@ -310,19 +192,17 @@ class MemoryEndpoint : public Endpoint {
   }
 
   RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) override {
-    auto request = make(false, peer, tag, bytes);
-    request->buffer = buffer;
-    request->ignore = ignore;
+    auto request = MatchedRequest::receive(peer, tag, ignore, buffer, bytes);
     if (peer >= 0) check_peer(peer);
     Box& b = *own_;
     std::lock_guard<std::mutex> lock(b.mutex);
     if (b.dead) {
-      fail(*request, "rank " + std::to_string(rank_) + " is dead");
+      fail_request(*request, "rank " + std::to_string(rank_) + " is dead");
       return request;
     }
     Message arrived;
     if (b.matching.take_unexpected(*request, arrived)) {
-      receive_into(*request, arrived);
+      deliver(*request, arrived.source, arrived.tag, arrived.data);
     } else {
       b.matching.post(request);
     }
@@ -354,7 +234,7 @@ class MemoryEndpoint : public Endpoint {
   void cancel_all(const std::string& reason) override {
     {
       std::lock_guard<std::mutex> lock(own_->mutex);
-      own_->matching.fail_receives(reason);
+      own_->matching.fail_receives([&](MemoryRequest& r) { fail_request(r, reason); });
     }
     // Our messages still on their way are withdrawn; their sends fail.
     for (const auto& peer : boxes_) withdraw(*peer, rank_, reason);
@@ -379,14 +259,6 @@ class MemoryEndpoint : public Endpoint {
     for (int sender : senders) {
       if (sender != rank_) wake_box(box(sender));
     }
-  }
-  std::shared_ptr<MemoryRequest> make(bool is_send, int peer, Tag tag, size_t bytes) {
-    auto request = std::make_shared<MemoryRequest>();
-    request->is_send = is_send;
-    request->peer = peer;
-    request->tag = tag;
-    request->bytes_posted = bytes;
-    return request;
   }
   bool dead() {
     std::lock_guard<std::mutex> lock(own_->mutex);
