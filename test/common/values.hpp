@@ -144,11 +144,12 @@ inline const std::vector<ReduceOp>& all_ops() {
 }
 
 // The types and ops the collective matrices loop over (the multi-process worker, the in-process algorithm matrix):
-// all of them, unless HIERCOLL_TEST_MATRIX=widths, which scripts/dev/sanitize sets for ThreadSanitizer alone. That
-// keeps one type per element width (the widths the pipelines' chunks and pieces round to) and sum, max and avg (avg
-// adds a pass after the reduction). A type changes which kernel reduces a range, not which thread touches which bytes,
-// so the other types add races for no sanitizer to find; AddressSanitizer + UndefinedBehaviorSanitizer and the release
-// build still run every type and op.
+// all of them, unless HIERCOLL_TEST_MATRIX=widths, which scripts/dev/sanitize and the provider matrix (fabric_*,
+// test/CMakeLists.txt) set. That keeps one type per element width (the widths the pipelines' chunks and pieces round
+// to, and so the bytes each thread and each provider touches) and sum, max and avg (avg adds a pass after the
+// reduction). A type beyond those changes only which kernel reduces a range: the sanitizers check every kernel of
+// every type, op, instruction set and alignment in the unit tests (reduce_test.cpp), and the release build runs every
+// type and op through every collective over tcp (the mp tests).
 inline bool widths_only() {
   static const bool widths = [] {
     const char* v = std::getenv("HIERCOLL_TEST_MATRIX");
