@@ -2,10 +2,8 @@
 #include "launch/pmix.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
 
-#include <iterator>
-
+#include "base/dynamic_library.hpp"
 #include "base/log.hpp"
 #include "hiercoll/errors.hpp"
 
@@ -52,8 +50,7 @@ Loaded load() {
       dlclose(handle);
       continue;
     }
-    link_map* map = nullptr;
-    lib.path = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name ? map->l_name : file;
+    lib.path = base::loaded_path(handle, file);
     HIERCOLL_LOG(kInfo, "PMIx: " << lib.path << ", " << lib.get_version());
     return out;
   }

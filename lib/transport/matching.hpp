@@ -6,7 +6,7 @@
 // receive takes the first arrived message that matches it. Receives from any source and arrivals carry a sequence
 // number to tell which came first across the per-source lists.
 //
-// Receive: a MatchedRequest. Message: `int source` and `Tag tag`.
+// Message: the endpoint's held message, with `int source` and `Tag tag`.
 // Not thread-safe: the owner's lock or driver thread guards it.
 #include <algorithm>
 #include <cstring>
@@ -70,13 +70,13 @@ inline void deliver(MatchedRequest& receive, int source, Tag tag, const std::vec
   complete_request(receive, data.size());
 }
 
-template <class Receive>
-bool tag_matches(const Receive& receive, int source, Tag tag) {
+inline bool tag_matches(const MatchedRequest& receive, int source, Tag tag) {
   return (receive.peer < 0 || receive.peer == source) && ((receive.tag ^ tag) & ~receive.ignore) == 0;
 }
 
-template <class Receive, class Message>
+template <class Message>
 struct TagMatching {
+  using Receive = MatchedRequest;
   struct Posted {
     std::shared_ptr<Receive> request;
     uint64_t sequence;

@@ -44,4 +44,4 @@ grep -q "^ERROR \[fabric error\]: libfabric could not be loaded" "$out" ||
   { cat "$out"; fail "not every rank failed"; }
 grep -q "HIERCOLL_LIBFABRIC=$missing" "$out" || { cat "$out"; fail "the error does not name the file searched"; }
 grep -q "apt-get install libfabric1" "$out" || { cat "$out"; fail "the error does not say what to install"; }
-echo "HIERCOLL_LIBFABRIC=$missing: both ranks failed in $took ms naming it and what to install"
+echo "HIERCOLL_LIBFABRIC=$missing: both ranks failed in $took ms, the error naming it and what to install"

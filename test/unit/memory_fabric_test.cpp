@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "endpoints.hpp"
 #include "hiercoll/errors.hpp"
 #include "transport/memory/memory_fabric.hpp"
 
 using hiercoll::InvalidUsageError;
 using hiercoll::RemoteError;
+using hiercoll::test::received;
 using hiercoll::transport::Endpoint;
 using hiercoll::transport::open_memory_endpoint;
 using hiercoll::transport::Request;
@@ -21,21 +23,7 @@ using hiercoll::transport::RequestPtr;
 namespace {
 
 // n endpoints of the process's memory fabric, connected as ranks 0..n-1.
-std::vector<std::unique_ptr<Endpoint>> connected(int n) {
-  std::vector<std::unique_ptr<Endpoint>> endpoints;
-  std::vector<std::vector<uint8_t>> addresses;
-  for (int r = 0; r < n; ++r) {
-    endpoints.push_back(open_memory_endpoint());
-    addresses.push_back(endpoints.back()->address());
-  }
-  for (int r = 0; r < n; ++r) endpoints[static_cast<size_t>(r)]->connect(r, addresses);
-  return endpoints;
-}
-
-int received(const RequestPtr& request, const int& value) {
-  REQUIRE(request->state.load() == Request::State::kDone);
-  return value;
-}
+hiercoll::test::Endpoints connected(int n) { return hiercoll::test::connected(n, open_memory_endpoint); }
 
 }  // namespace
 

@@ -13,9 +13,12 @@
 #include <vector>
 
 #include "hiercoll/errors.hpp"
+#include "endpoints.hpp"
 #include "transport/unix/unix_endpoint.hpp"
 
 using hiercoll::FabricError;
+using hiercoll::test::Endpoints;
+using hiercoll::test::received;
 using hiercoll::transport::Endpoint;
 using hiercoll::transport::open_unix_endpoint;
 using hiercoll::transport::Request;
@@ -23,18 +26,7 @@ using hiercoll::transport::RequestPtr;
 
 namespace {
 
-using Endpoints = std::vector<std::unique_ptr<Endpoint>>;
-
-Endpoints connected(int n) {
-  Endpoints endpoints;
-  std::vector<std::vector<uint8_t>> addresses;
-  for (int r = 0; r < n; ++r) {
-    endpoints.push_back(open_unix_endpoint());
-    addresses.push_back(endpoints.back()->address());
-  }
-  for (int r = 0; r < n; ++r) endpoints[static_cast<size_t>(r)]->connect(r, addresses);
-  return endpoints;
-}
+Endpoints connected(int n) { return hiercoll::test::connected(n, open_unix_endpoint); }
 
 // Drives every endpoint until `done` holds, `limit` at most (then the test fails on what it checks next).
 void drive(Endpoints& endpoints, const std::function<bool()>& done,
@@ -56,11 +48,6 @@ void drive_until_done(Endpoints& endpoints, const std::vector<RequestPtr>& reque
   });
 }
 
-int value_of(const RequestPtr& request, const int& value) {
-  REQUIRE(request->state.load() == Request::State::kDone);
-  return value;
-}
-
 }  // namespace
 
 TEST_CASE("the unix provider gives a message to the first posted receive, directed or from any rank", "[unix]") {
@@ -75,8 +62,8 @@ TEST_CASE("the unix provider gives a message to the first posted receive, direct
   auto s1 = endpoints[1]->isend(0, 5, &first, sizeof first);
   auto s2 = endpoints[1]->isend(0, 5, &second, sizeof second);
   drive_until_done(endpoints, {any, directed, s1, s2});
-  CHECK(value_of(any, a) == (any_first ? 1 : 2));
-  CHECK(value_of(directed, b) == (any_first ? 2 : 1));
+  CHECK(received(any, a) == (any_first ? 1 : 2));
+  CHECK(received(directed, b) == (any_first ? 2 : 1));
   CHECK(any->source == 1);
 }
 
@@ -97,7 +84,7 @@ TEST_CASE("the unix provider gives a receive the first arrived message that matc
   auto take = [&](int peer, uint64_t tag, uint64_t ignore) {
     auto request = endpoints[0]->irecv(peer, tag, ignore, &got, sizeof got);
     drive_until_done(endpoints, {request});
-    return value_of(request, got);
+    return received(request, got);
   };
   CHECK(take(-1, 5, 0) == 10);
   CHECK(take(-1, 5, 0) == 20);
@@ -160,7 +147,7 @@ TEST_CASE("a closed unix endpoint fails at once what its peers posted to and fro
   int sink = 0;
   auto taken = endpoints[2]->irecv(0, 1, 0, &sink, sizeof sink);
   drive_until_done(endpoints, {hello, first, out, taken});
-  REQUIRE(value_of(first, got) == 5);
+  REQUIRE(received(first, got) == 5);
   auto waiting = endpoints[0]->irecv(2, 2, 0, &got, sizeof got);
   auto from_any = endpoints[0]->irecv(-1, 2, 0, &got, sizeof got);
   endpoints[2].reset();

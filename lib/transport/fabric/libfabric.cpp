@@ -2,12 +2,12 @@
 #include "transport/fabric/libfabric.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
 
 #include <mutex>
 #include <set>
 #include <vector>
 
+#include "base/dynamic_library.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
@@ -34,14 +34,6 @@ bool bind(void* handle, const char* name, const char* version, Function& out) {
   if (symbol == nullptr) symbol = dlsym(handle, name);
   out = reinterpret_cast<Function>(symbol);
   return symbol != nullptr;
-}
-
-std::string loaded_path(void* handle, const std::string& fallback) {
-  link_map* map = nullptr;
-  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name) {
-    return map->l_name;
-  }
-  return fallback;
 }
 
 // The providers this libfabric offers (the scan every first fi_getinfo makes anyway).
@@ -102,7 +94,7 @@ Loaded load() {
       dlclose(handle);
       continue;
     }
-    lib.path = loaded_path(handle, file);
+    lib.path = base::loaded_path(handle, file);
     restore_default_dispositions();  // libinfinipath (the psm provider's) installs its handlers as it loads
     // provider_names() runs at INFO only (the macro evaluates its text then).
     HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << fabric_version_text(lib.version())

@@ -30,7 +30,7 @@ struct Message {
   uint64_t order = 0;  // sending order, to deliver messages due at the same time in that order
 };
 
-using Matching = TagMatching<MemoryRequest, Message>;
+using Matching = TagMatching<Message>;
 
 // One rank's side of the fabric: messages on their way to it, those that arrived before their receive, its
 // posted receives. Everything under `mutex`; `events` counts what a waiting owner should look at again.

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <system_error>
 #include <vector>
 
 #include "base/unique_fd.hpp"
@@ -46,8 +45,6 @@ struct Arrival {
   Tag tag = 0;
   std::vector<uint8_t> data;
 };
-
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
 // A peer's messages to this rank: a hello naming the peer, then frames (header, payload).
 struct Incoming {
@@ -88,22 +85,26 @@ class UnixEndpoint final : public Endpoint {
  public:
   UnixEndpoint() {
     listener_ = base::UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!listener_.valid()) throw FabricError("unix endpoint: socket: " + errno_text(errno));
+    if (!listener_.valid()) throw SystemError(std::string("unix endpoint: socket: ") + std::strerror(errno));
     // Autobind: an address of the family alone makes the kernel pick a free abstract name.
     sockaddr_un bound{};
     bound.sun_family = AF_UNIX;
     if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&bound), sizeof(sa_family_t)) != 0) {
-      throw FabricError("unix endpoint: bind: " + errno_text(errno));
+      throw SystemError(std::string("unix endpoint: bind: ") + std::strerror(errno));
     }
     socklen_t length = sizeof name_;
     if (::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&name_), &length) != 0) {
-      throw FabricError("unix endpoint: getsockname: " + errno_text(errno));
+      throw SystemError(std::string("unix endpoint: getsockname: ") + std::strerror(errno));
     }
     name_length_ = length;
-    if (::listen(listener_.get(), SOMAXCONN) != 0) throw FabricError("unix endpoint: listen: " + errno_text(errno));
+    if (::listen(listener_.get(), SOMAXCONN) != 0) {
+      throw SystemError(std::string("unix endpoint: listen: ") + std::strerror(errno));
+    }
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     epoll_ = base::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
-    if (!wake_fd_.valid() || !epoll_.valid()) throw FabricError("unix endpoint: eventfd/epoll: " + errno_text(errno));
+    if (!wake_fd_.valid() || !epoll_.valid()) {
+      throw SystemError(std::string("unix endpoint: eventfd/epoll: ") + std::strerror(errno));
+    }
     watch(listener_.get(), EPOLLIN, kListener);
     watch(wake_fd_.get(), EPOLLIN, kWake);
   }
@@ -207,7 +208,6 @@ class UnixEndpoint final : public Endpoint {
   }
 
  private:
-
   void check_peer(int peer) const {
     if (peer < 0 || static_cast<size_t>(peer) >= names_.size()) {
       throw InvalidUsageError("unix endpoint: no rank " + std::to_string(peer) + " among " +
@@ -220,7 +220,7 @@ class UnixEndpoint final : public Endpoint {
     event.events = events;
     event.data.u64 = key;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
-      throw FabricError("unix endpoint: epoll_ctl: " + errno_text(errno));
+      throw SystemError(std::string("unix endpoint: epoll_ctl: ") + std::strerror(errno));
     }
   }
 
@@ -281,7 +281,7 @@ class UnixEndpoint final : public Endpoint {
     for (;;) {
       uint8_t* into;
       size_t want;
-      if (!in->hello_read || !in->in_payload) {
+      if (!in->in_payload) {  // the hello, then each header
         const size_t size = in->hello_read ? sizeof(Header) : sizeof(Hello);
         into = in->head + in->head_got;
         want = size - in->head_got;
@@ -300,7 +300,7 @@ class UnixEndpoint final : public Endpoint {
       if (got < 0 && errno == EINTR) continue;
       if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (got <= 0) {
-        close_incoming(index, got == 0 ? std::string("closed") : errno_text(errno));
+        close_incoming(index, got == 0 ? std::string("closed") : std::strerror(errno));
         return;
       }
       if (!in->in_payload) {
@@ -353,7 +353,7 @@ class UnixEndpoint final : public Endpoint {
     } else if (in.target) {
       in.target->source = in.source;
       in.target->tag = in.header.tag;
-      if (in.held.empty() || in.header.bytes == 0) {
+      if (in.held.empty()) {  // read straight into the receive's buffer
         complete_request(*in.target, in.header.bytes);
       } else {
         fail_request(*in.target, truncation_error(in.header.bytes, in.target->bytes_posted));
@@ -424,7 +424,7 @@ class UnixEndpoint final : public Endpoint {
       }
       if (wrote < 0) {
         close_outgoing(static_cast<size_t>(peer), "rank " + std::to_string(rank_) + " lost its connection to rank " +
-                                                      std::to_string(peer) + " (" + errno_text(errno) + ")");
+                                                      std::to_string(peer) + " (" + std::strerror(errno) + ")");
         return;
       }
       size_t left = static_cast<size_t>(wrote);
@@ -456,7 +456,7 @@ class UnixEndpoint final : public Endpoint {
     }
     if (rc != 0) {
       close_outgoing(static_cast<size_t>(peer), "rank " + std::to_string(rank_) + " cannot reach rank " +
-                                                    std::to_string(peer) + " (connect: " + errno_text(errno) +
+                                                    std::to_string(peer) + " (connect: " + std::strerror(errno) +
                                                     "; its process ended or it is on another host)");
       return false;
     }
@@ -505,7 +505,7 @@ class UnixEndpoint final : public Endpoint {
   std::vector<Outgoing> outgoing_;           // by peer
   std::vector<std::unique_ptr<Incoming>> incoming_;  // by the order they were accepted; null once closed
   std::vector<std::string> source_gone_;             // by peer: why nothing more comes from it ("" while it may)
-  TagMatching<UnixRequest, Arrival> matching_;
+  TagMatching<Arrival> matching_;
   std::array<uint8_t, 64 << 10> drop_;  // where a cancelled receive's payload is read to be dropped
   uint64_t completions_ = 0;  // requests completed or failed, and messages held for a receive not yet posted
   bool retrying_ = false;     // a connect waits for room in a peer's backlog

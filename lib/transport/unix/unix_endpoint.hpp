@@ -20,7 +20,7 @@
 
 namespace hiercoll::transport {
 
-/// Throws FabricError where the listening socket cannot be made.
+/// Throws SystemError where the listening socket cannot be made.
 std::unique_ptr<Endpoint> open_unix_endpoint();
 
 }  // namespace hiercoll::transport
