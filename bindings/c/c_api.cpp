@@ -1,5 +1,6 @@
 // The C API: thin wrappers that turn hiercoll::Error into result codes and a per-thread message.
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,30 @@ void finish(hiercoll::Work work, hiercoll_work_t* out) {
   } else {
     *out = new hiercoll_work{std::move(work)};
   }
+}
+
+// A JSON string literal of `text` (the report's paths and messages may hold quotes, backslashes, newlines).
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "\\u%04x", c);
+      out += escape;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + '"';
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
 }
 
 hiercoll::DataType type_of(hiercoll_datatype_t t) { return static_cast<hiercoll::DataType>(t); }
@@ -164,5 +189,23 @@ hiercoll_result_t hiercoll_bucketer_finish(hiercoll_bucketer_t bucketer) {
 void hiercoll_bucketer_free(hiercoll_bucketer_t bucketer) { delete bucketer; }
 
 const char* hiercoll_last_error(void) { return g_last_error.c_str(); }
+
+const char* hiercoll_version(void) { return hiercoll::version(); }
+
+const char* hiercoll_runtime_report(void) {
+  thread_local std::string json;
+  hiercoll_result_t rc = guarded([&] {
+    const hiercoll::RuntimeReport r = hiercoll::runtime_report();
+    std::vector<std::string> providers;
+    for (const std::string& p : r.providers) providers.push_back(quoted(p));
+    json = "{\"version\": " + quoted(r.version) +
+           ", \"libfabric\": {\"loaded\": " + (r.libfabric_loaded ? "true" : "false") +
+           ", \"path\": " + quoted(r.libfabric_path) + ", \"version\": " + quoted(r.libfabric_version) +
+           ", \"providers\": [" + joined(providers) + "], \"error\": " + quoted(r.libfabric_error) + "}" +
+           ", \"hwloc\": " + quoted(r.hwloc_version) + ", \"pmix\": " + quoted(r.pmix_version) +
+           ", \"device_buffers\": " + (r.device_buffers ? "true" : "false") + "}";
+  });
+  return rc == HIERCOLL_SUCCESS ? json.c_str() : nullptr;
+}
 
 }  // extern "C"

@@ -92,6 +92,14 @@ HIERCOLL_C_API void hiercoll_bucketer_free(hiercoll_bucketer_t bucketer);
 /* Message of this thread's last failed call ("" if none). Valid until its next call. */
 HIERCOLL_C_API const char* hiercoll_last_error(void);
 
+/* The library's version, "major.minor.patch" (the wheels' and the CMake package's: one VERSION file). Static. */
+HIERCOLL_C_API const char* hiercoll_version(void);
+
+/* What this process's hiercoll runs on, as one JSON object: version, libfabric (loaded, path, version, providers, or
+ * why none loaded), hwloc, pmix, device_buffers (built with the CUDA path). Loads libfabric if no communicator has.
+ * Valid until this thread's next call; NULL (and hiercoll_last_error) only on an internal error. */
+HIERCOLL_C_API const char* hiercoll_runtime_report(void);
+
 #ifdef __cplusplus
 }
 #endif

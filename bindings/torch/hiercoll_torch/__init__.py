@@ -18,10 +18,25 @@ import torch.distributed as dist
 # from torchrun or Slurm turned into exit() under running threads: lib/transport/fabric/foreign_handlers.cpp). Set
 # here, before this process has threads of ours.
 os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
-from . import _C  # noqa: E402
+from . import _adapter  # noqa: E402
 
-__version__ = _C.__version__
 BACKEND_NAME = "hiercoll"
+# The compiled adapter for the running torch (_adapter.py says where it is looked for). Where none fits, importing
+# still works (python -m hiercoll_torch.build_adapter and .check run from here), and the first use raises the
+# error that says which torch releases are served and how to build an adapter for this one: the registrar torch's
+# entry point calls for init_process_group("hiercoll"), or any function below.
+try:
+    _C, ADAPTER = _adapter.load(torch.__version__, torch._C._GLIBCXX_USE_CXX11_ABI)
+    __version__ = _C.__version__
+except _adapter.AdapterError as _error:
+    _C, ADAPTER, _adapter_error = None, None, _error
+    __version__ = None
+
+
+def _extension():
+    if _C is None:
+        raise _adapter.AdapterError(str(_adapter_error))
+    return _C
 
 
 def _create_backend(dist_options, backend_options=None):
@@ -31,11 +46,12 @@ def _create_backend(dist_options, backend_options=None):
     global_ranks = list(getattr(dist_options, "global_ranks_in_group", None) or [])
     # enable_reconfigure (torch >= 2.15): no communicator until ProcessGroup.reconfigure() names the members.
     deferred = bool(getattr(dist_options, "enable_reconfigure", False))
-    return _C.create_backend(dist_options.store, dist_options.group_rank, dist_options.group_size,
+    return _extension().create_backend(dist_options.store, dist_options.group_rank, dist_options.group_size,
                              dist_options.timeout, "pg-" + str(dist_options.group_id), global_ranks, deferred)
 
 
 def _register():
+    _extension()  # no adapter for this torch: the error that says what to do, before torch registers anything
     if getattr(dist.Backend, BACKEND_NAME.upper(), None) is not None and BACKEND_NAME.upper() in getattr(
         dist.Backend, "_plugins", {}
     ):
@@ -77,7 +93,7 @@ def _backend_of(group):
 
 def allreduce_algorithm(nbytes, group=None):
     """The algorithm hiercoll uses for an allreduce of `nbytes` in `group`: "ring", "rd", "hier" or "sharded"."""
-    return _C.allreduce_algorithm(_backend_of(group), nbytes)
+    return _extension().allreduce_algorithm(_backend_of(group), nbytes)
 
 
 def flight_record(group=None):
@@ -87,7 +103,7 @@ def flight_record(group=None):
     and names the ranks behind (docs/reliability.md)."""
     import json
 
-    return json.loads(_C.flight_record(_backend_of(group)))
+    return json.loads(_extension().flight_record(_backend_of(group)))
 
 
 def init_process_group(backend=BACKEND_NAME, **kwargs):
@@ -102,11 +118,8 @@ def init_process_group(backend=BACKEND_NAME, **kwargs):
     # The environment is read in one place, hiercoll's lib/launch/environment.cpp; this only sets what it
     # says is missing, and never overrides a variable already set.
     timeout = kwargs.get("timeout") or datetime.timedelta(minutes=10)
-    os.environ.update(_C.torch_env_from_launcher(timeout))
+    os.environ.update(_extension().torch_env_from_launcher(timeout))
     dist.init_process_group(backend=backend, **kwargs)
-
-
-_register()
 
 
 def _quiesce():
@@ -121,4 +134,6 @@ def _quiesce():
     _C._quiesce(datetime.timedelta(milliseconds=2 * wait_ms + 5000))
 
 
-atexit.register(_quiesce)
+if _C is not None:
+    _register()
+    atexit.register(_quiesce)

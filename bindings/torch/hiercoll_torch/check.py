@@ -81,17 +81,19 @@ def main():
         import torch
 
         import hiercoll_torch
-        from hiercoll_torch import _C
     except Exception as e:  # an import that fails is the finding
         print(f"[FAIL] import: {type(e).__name__}: {e}")
         return 1
+    if hiercoll_torch._C is None:
+        print(f"[FAIL] adapter: {hiercoll_torch._adapter_error}")
+        return 1
+    _C = hiercoll_torch._C
     built = _C.__torch_version__
     if _release(built) == _release(torch.__version__):
-        line(True, "torch", f"{torch.__version__}; hiercoll_torch {hiercoll_torch.__version__} was built for {built}")
+        line(True, "torch", f"{torch.__version__}; adapter {hiercoll_torch.ADAPTER}, built for {built}")
     else:
-        line(False, "torch", f"{torch.__version__}, but hiercoll_torch {hiercoll_torch.__version__} was built for "
-                             f"{built}: reinstall it against this torch (pip install --no-build-isolation "
-                             "<hiercoll source>)")
+        line(False, "torch", f"{torch.__version__}, but the adapter found ({hiercoll_torch.ADAPTER}) was built for "
+                             f"{built}: build one for this torch (python -m hiercoll_torch.build_adapter)")
     r = _C.runtime_report()
     if r["libfabric_loaded"]:
         line(True, "libfabric", f"{r['libfabric_path']}, version {r['libfabric_version']}, providers "
