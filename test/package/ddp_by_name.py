@@ -1,5 +1,6 @@
 """One rank of a DDP training run as a user writes it, started by torchrun: init_process_group(BACKEND) with no
-`import hiercoll_torch` (torch finds hiercoll by name through the installed package's entry point). Rank 0 saves the
+`import hiercoll_torch` (torch >= 2.14 finds hiercoll by name through the installed package's entry point; older
+releases need the import, as docs/torch.md says). Rank 0 saves the
 trained weights to OUT; scripts/release/install-check compares hiercoll's with gloo's, bit for bit (2 ranks: every
 sum is of two numbers, so any order of adding gives the same bits).
     usage: torchrun --standalone --nproc-per-node 2 ddp_by_name.py BACKEND OUT"""
@@ -11,6 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 backend, out = sys.argv[1], sys.argv[2]
 assert "hiercoll_torch" not in sys.modules, "hiercoll_torch was imported before init_process_group"
+if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14) and backend == "hiercoll":
+    import hiercoll_torch  # noqa: F401  torch < 2.14 finds no backend through entry points: the import registers it
 dist.init_process_group(backend)
 assert dist.get_backend() == backend, dist.get_backend()
 assert (backend == "hiercoll") == ("hiercoll_torch" in sys.modules), "hiercoll_torch loaded by the wrong backend"

@@ -38,10 +38,10 @@ def _describe(releases):
 
 
 def find(torch_version, torch_cxx11_abi):
-    """(path, how) of the adapter for this torch, or raises AdapterError."""
+    """(path, how, its adapter.json) of the adapter for this torch, or raises AdapterError."""
     beside = os.path.join(_PACKAGE, "_C" + _SUFFIX)
     if os.path.exists(beside):
-        return beside, "the build tree's"
+        return beside, "the build tree's", {}
     name = adapter_name(torch_version)
     refused = []
     for root, how in ((os.path.join(_PACKAGE, "_adapters"), "this package's"),
@@ -59,7 +59,7 @@ def find(torch_version, torch_cxx11_abi):
             refused.append(f"{path} (built for the C++ string ABI {built['cxx11_abi']}, torch uses "
                            f"{int(torch_cxx11_abi)})")
             continue
-        return path, f"{how} ({built.get('torch', name)})"
+        return path, f"{how} ({built.get('torch', name)})", built
     python = f"{sys.implementation.name} {sys.version_info.major}.{sys.version_info.minor}"
     message = (f"hiercoll-torch has no adapter for torch {torch_version} on {python} ({python_tag()}): "
                f"this install carries adapters for torch {_describe(carried())}")
@@ -73,15 +73,18 @@ def find(torch_version, torch_cxx11_abi):
 
 def load(torch_version, torch_cxx11_abi):
     """Loads the adapter as hiercoll_torch._C and returns (module, how it was found)."""
-    path, how = find(torch_version, torch_cxx11_abi)
-    try:
-        # The core from the `hiercoll` wheel, loaded with its symbols global first: the adapter then binds to this
-        # copy whatever its run path says (an adapter built on this machine names where the core was then).
-        import hiercoll
+    path, how, built = find(torch_version, torch_cxx11_abi)
+    # An adapter for an old-ABI torch (2.4-2.6) carries its own core, built with that ABI and hidden inside it; the
+    # others link the `hiercoll` wheel's.
+    if built.get("core") != "static":
+        try:
+            # The core loaded with its symbols global first: the adapter then binds to this copy whatever its run
+            # path says (an adapter built on this machine names where the core was then).
+            import hiercoll
 
-        hiercoll.load()
-    except ImportError:
-        pass  # a build tree: the adapter's run path finds the tree's libhiercoll
+            hiercoll.load()
+        except ImportError:
+            pass  # a build tree: the adapter's run path finds the tree's libhiercoll
     loader = importlib.machinery.ExtensionFileLoader(__package__ + "._C", path)
     spec = importlib.util.spec_from_file_location(__package__ + "._C", path, loader=loader)
     module = importlib.util.module_from_spec(spec)

@@ -87,6 +87,18 @@ class TorchRelease:
             if found:
                 self.defines += [d for d in found.group(1).split(";") if d and "$<" not in d and d not in self.defines]
 
+    def pybind11_flags(self):
+        """pybind11 shares its type registry between modules (the adapter's create_backend takes torch's Store) only
+        when their internals ids agree. pybind11 2.x builds the id from the compiler's C++ ABI version, which
+        torch <= 2.6 fixed at build time (torch's cpp_extension passes the same -D flags); pybind11 3 (torch 2.7
+        on) builds it from the library's ABI alone. Read from the id libtorch_python was built with."""
+        with open(os.path.join(self.root, "lib", "libtorch_python.so"), "rb") as f:
+            found = re.search(rb"__pybind11_internals_v\d+(_[a-z]+)(_[a-z]+)(_cxxabi\d+)__", f.read())
+        if not found:
+            return []
+        return [f'-DPYBIND11_{name}="{value.decode()}"'
+                for name, value in zip(("COMPILER_TYPE", "STDLIB", "BUILD_ABI"), found.groups())]
+
     def cuda_include(self):
         """The CUDA runtime's headers c10/cuda needs: the NVIDIA runtime wheel torch installed beside it, else a
         CUDA Toolkit. None where neither is found (the adapter then stages CUDA tensors through host memory)."""
@@ -176,7 +188,7 @@ def build(args):
     flags = ["-O2", "-fPIC", f"-std={torch.std}", f"-D_GLIBCXX_USE_CXX11_ABI={torch.cxx11_abi}",
              "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
     flags += [f"-D{d}" for d in torch.defines]
-    flags += [f'-DHIERCOLL_TORCH_BUILT_FOR="{torch.version}"']
+    flags += [f'-DHIERCOLL_TORCH_BUILT_FOR="{torch.version}"'] + torch.pybind11_flags()
     if cuda_include:
         flags += ["-DHIERCOLL_TORCH_CUDA", "-isystem", cuda_include]
     floor = _glibcxx_floor()
