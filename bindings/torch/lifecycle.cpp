@@ -2,11 +2,14 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 #include <utility>
 
+#include "hiercoll/hiercoll.h"
 #include "issue.hpp"
 #include "process_group.hpp"
+#include "tensors.hpp"
 #include "torch_store.hpp"
 
 #if HIERCOLL_TORCH_HAS_RECONFIGURE
@@ -368,6 +371,17 @@ c10::intrusive_ptr<compat::BackendBase> create_backend(const c10::intrusive_ptr<
                 "hiercoll init_process_group: ", global_ranks.size(), " global ranks for a group of ", size);
     c10::intrusive_ptr<compat::BackendBase> group =
         c10::make_intrusive<ProcessGroupHiercoll>(store, rank, size, timeout, name, std::move(global_ranks), deferred);
+    static std::once_flag said;
+    std::call_once(said, [] {
+      if (!cuda_tensors_in_place_built() || !hiercoll::Communicator::device_buffers_supported()) {
+        hiercoll_log(HIERCOLL_LOG_INFO,
+                     cuda_tensors_in_place_built()
+                         ? "hiercoll_torch: the hiercoll library has no CUDA device path: CUDA tensors are staged "
+                           "through host memory"
+                         : "hiercoll_torch: this adapter was built without CUDA: CUDA tensors are staged through host "
+                           "memory");
+      }
+    });
     return group;
   });
 }

@@ -92,6 +92,11 @@ HIERCOLL_C_API void hiercoll_bucketer_free(hiercoll_bucketer_t bucketer);
 /* Message of this thread's last failed call ("" if none). Valid until its next call. */
 HIERCOLL_C_API const char* hiercoll_last_error(void);
 
+/* One line through hiercoll's log, as the library's own ("host:pid [rank] HIERCOLL INFO ..." on stderr), printed when
+ * HIERCOLL_DEBUG asks for its level: for bindings and programs whose notes belong beside hiercoll's. */
+typedef enum { HIERCOLL_LOG_WARN = 1, HIERCOLL_LOG_INFO = 2, HIERCOLL_LOG_TRACE = 3 } hiercoll_log_level_t;
+HIERCOLL_C_API void hiercoll_log(hiercoll_log_level_t level, const char* message);
+
 /* The library's version, "major.minor.patch" (the wheels' and the CMake package's: one VERSION file). Static. */
 HIERCOLL_C_API const char* hiercoll_version(void);
 

@@ -8,6 +8,7 @@
 
 #include "base/settings.hpp"
 #include "hiercoll/errors.hpp"
+#include "hiercoll/hiercoll.h"
 
 namespace hiercoll::base {
 namespace {
@@ -46,3 +47,12 @@ void log_line(LogLevel level, const std::string& message) {
 }
 
 }  // namespace hiercoll::base
+
+// The C API's entry to the log (hiercoll.h): C, so that any binding can write through it, whatever C++ ABI it has.
+extern "C" void hiercoll_log(hiercoll_log_level_t level, const char* message) {
+  using hiercoll::base::LogLevel;
+  const LogLevel wanted = level <= HIERCOLL_LOG_WARN ? LogLevel::kWarn
+                          : level == HIERCOLL_LOG_INFO ? LogLevel::kInfo
+                                                       : LogLevel::kTrace;
+  if (hiercoll::base::log_level() >= wanted) hiercoll::base::log_line(wanted, message != nullptr ? message : "");
+}
