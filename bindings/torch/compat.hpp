@@ -39,8 +39,10 @@ static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs tor
 #define HIERCOLL_TORCH_HAS_RECONFIGURE 0
 #endif
 // Completion and abort hooks (torch's flight recorder is built on them) and the reconfigure API: Backend.hpp's own
-// feature macros say whether the release has them.
-#ifdef C10D_BACKEND_HAS_HOOKS
+// feature macros say whether the release has them. C10D_BACKEND_HAS_HOOKS came in 2.14 with a first hook API
+// (ProcessGroup's pre/post hooks, Work without a completion key) and kept its name when 2.15 replaced it with the
+// completion hooks used here; building the 2.14 adapter (scripts/release/wheels all) is what showed it.
+#if defined(C10D_BACKEND_HAS_HOOKS) && HIERCOLL_TORCH_AT_LEAST(2, 15)
 #define HIERCOLL_TORCH_HAS_HOOKS 1
 #include <torch/csrc/distributed/c10d/Hooks.hpp>
 #else
@@ -57,6 +59,13 @@ static_assert(HIERCOLL_TORCH_AT_LEAST(2, 4), "hiercoll's torch backend needs tor
 #define HIERCOLL_OVERRIDE_SINCE_2_9 override
 #else
 #define HIERCOLL_OVERRIDE_SINCE_2_9
+#endif
+
+// Backend::isInitialized (2.15; 2.14 has reconfigure without it).
+#if HIERCOLL_TORCH_AT_LEAST(2, 15)
+#define HIERCOLL_OVERRIDE_SINCE_2_15 override
+#else
+#define HIERCOLL_OVERRIDE_SINCE_2_15
 #endif
 
 #if HIERCOLL_TORCH_HAS_SINGLE_NAMES

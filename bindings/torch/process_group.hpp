@@ -70,7 +70,7 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   bool supportsReconfigure() const override { return true; }
   c10d::ReconfigureHandle get_reconfigure_handle() const override;
   c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
-  bool isInitialized() override { return comm_ != nullptr; }
+  bool isInitialized() HIERCOLL_OVERRIDE_SINCE_2_15 { return comm_ != nullptr; }
 #endif
 
   // Lifecycle and health. A group whose communicator fails (a timeout, a peer that died or aborted) runs its abort

@@ -28,10 +28,19 @@ def main(argv=None):
     elif args.library_dir:
         print(hiercoll.library_dir())
     else:
-        print(f"hiercoll {hiercoll.__version__}: {hiercoll.library_path()}")
-        print(f"library version: {hiercoll.library_version()}")
-        report = hiercoll.runtime_report()
-        print(report)
+        r = hiercoll.runtime_report()
+        fabric = r["libfabric"]
+        print(f"hiercoll {hiercoll.__version__}: {hiercoll.library_path()} (hiercoll_version() {r['version']})")
+        if fabric["loaded"]:
+            print(f"libfabric: {fabric['path']}, version {fabric['version']}, providers "
+                  f"{', '.join(fabric['providers']) or 'none'}")
+        else:
+            print("libfabric: none loaded; jobs on one host still run (provider unix)\n  " +
+                  fabric["error"].replace("\n", "\n  "))
+        print(f"hwloc: API {r['hwloc']}")
+        print(f"PMIx: {r['pmix'] or 'no libpmix.so.2 loads (mpirun and srun --mpi=pmix rendezvous need it)'}")
+        print("CUDA: " + ("device buffers in place (the device path is built in)" if r["device_buffers"]
+                          else "no device path in this build: device buffers must be staged through host memory"))
     return 0
 
 

@@ -76,7 +76,10 @@ class TorchRelease:
         config = _read(os.path.join(root, "share", "cmake", "Torch", "TorchConfig.cmake"))
         # torch <= 2.6 wheels were built with the old libstdc++ string ABI and say so here; later ones do not.
         self.cxx11_abi = 0 if "_GLIBCXX_USE_CXX11_ABI=0" in config else 1
-        self.std = "c++20" if "cxx_std_20" in config or "c++20" in config else "c++17"
+        # The standard ATen itself demands (ATen.h refuses to compile below it: C++17 up to 2.13, C++20 from 2.14).
+        aten = _read(os.path.join(root, "include", "ATen", "ATen.h"))
+        needed = re.search(r"__cplusplus < (\d+)L", aten)
+        self.std = "c++20" if needed and int(needed.group(1)) >= 202002 else "c++17"
         lib = os.path.join(root, "lib")
         self.cuda = os.path.exists(os.path.join(lib, "libc10_cuda.so"))
         targets = _read(os.path.join(root, "share", "cmake", "Caffe2", "Caffe2Targets.cmake"))

@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -99,6 +101,13 @@ Loaded load() {
     // provider_names() runs at INFO only (the macro evaluates its text then).
     HIERCOLL_LOG(kInfo, "libfabric: " << lib.path << ", version " << fabric_version_text(lib.version())
                                       << ", providers " << provider_names(lib));
+    // The provider scan only where the host has EFA NICs: there, a libfabric without efa is the one mistake that
+    // costs an order of magnitude without failing anything.
+    const std::vector<std::string> efa = efa_devices();
+    if (!efa.empty()) {
+      const std::string mismatch = efa_mismatch(efa, providers(lib), lib.path);
+      if (!mismatch.empty()) HIERCOLL_LOG(kWarn, mismatch);
+    }
     return out;
   }
   out.error = "libfabric could not be loaded, and hiercoll's transport between hosts needs it. Searched:" + tried +
@@ -122,6 +131,29 @@ const Libfabric& libfabric() {
 }
 
 bool libfabric_available() { return loaded().error.empty(); }
+
+std::vector<std::string> efa_devices(const std::string& sysfs_class) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(sysfs_class, ec)) {
+    // <device>/device/driver links to the PCI driver's directory, .../drivers/efa for an EFA NIC.
+    const auto driver = std::filesystem::read_symlink(entry.path() / "device" / "driver", ec);
+    if (!ec && driver.filename() == "efa") found.push_back(entry.path().filename().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string efa_mismatch(const std::vector<std::string>& devices, const std::vector<std::string>& providers,
+                         const std::string& path) {
+  if (devices.empty() || std::find(providers.begin(), providers.end(), "efa") != providers.end()) return "";
+  std::string names;
+  for (const auto& device : devices) names += (names.empty() ? "" : ", ") + device;
+  return "this host has EFA NICs (" + names + "), but the libfabric loaded, " + path +
+         ", has no efa provider: traffic between hosts will take tcp, far slower. Load the EFA installer's "
+         "(/opt/amazon/efa/lib64/libfabric.so.1, searched first when HIERCOLL_LIBFABRIC is unset), or install AWS's "
+         "EFA installer.";
+}
 
 std::string fabric_version_text(uint32_t version) {
   return std::to_string(FI_MAJOR(version)) + "." + std::to_string(FI_MINOR(version));

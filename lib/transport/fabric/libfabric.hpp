@@ -57,6 +57,15 @@ struct LibfabricReport {
 /// Loads libfabric where nothing has yet; never throws.
 LibfabricReport libfabric_report();
 
+/// The EFA NICs under `sysfs_class` (the kernel's /sys/class/infiniband): devices whose driver is efa, sorted.
+std::vector<std::string> efa_devices(const std::string& sysfs_class = "/sys/class/infiniband");
+
+/// What to say when a host has EFA NICs (`devices`) but the libfabric loaded (`path`, offering `providers`) has no
+/// efa provider: every transfer between hosts would then take tcp, slowly and silently (aws-ofi-nccl users' most
+/// common surprise). "" where there is nothing to say.
+std::string efa_mismatch(const std::vector<std::string>& devices, const std::vector<std::string>& providers,
+                         const std::string& path);
+
 /// A libfabric version (FI_VERSION) as "major.minor".
 std::string fabric_version_text(uint32_t version);
 
