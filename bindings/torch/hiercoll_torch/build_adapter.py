@@ -102,16 +102,22 @@ class TorchRelease:
         return [f'-DPYBIND11_{name}="{value.decode()}"'
                 for name, value in zip(("COMPILER_TYPE", "STDLIB", "BUILD_ABI"), found.groups())]
 
-    def cuda_include(self):
+    def cuda_include(self, compiler):
         """The CUDA runtime's headers c10/cuda needs: the NVIDIA runtime wheel torch installed beside it, else a
-        CUDA Toolkit. None where neither is found (the adapter then stages CUDA tensors through host memory)."""
+        CUDA Toolkit; the first whose cuda_runtime_api.h preprocesses (some runtime wheels ship it without the crt/
+        headers it includes). None where none does: the adapter then stages CUDA tensors through host memory."""
         site = os.path.dirname(self.root)
         candidates = [os.path.join(site, "nvidia", name, "include") for name in ("cu13", "cuda_runtime")]
         for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
             if home:
                 candidates.append(os.path.join(home, "include"))
         for path in candidates:
-            if os.path.exists(os.path.join(path, "cuda_runtime_api.h")):
+            if not os.path.exists(os.path.join(path, "cuda_runtime_api.h")):
+                continue
+            probe = subprocess.run(compiler + ["-E", "-x", "c++", "-isystem", path, "-o", os.devnull, "-"],
+                                   input="#include <cuda_runtime_api.h>\n", text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if probe.returncode == 0:
                 return path
         return None
 
@@ -184,8 +190,8 @@ def build(args):
     out = os.path.join(out, name)
     src = _sources()
     core_include, core_link, core_cuda = _core(args)
-    cuda_include = torch.cuda_include() if torch.cuda and core_cuda else None
     compiler = _compiler()
+    cuda_include = torch.cuda_include(compiler) if torch.cuda and core_cuda else None
     ext_suffix = sysconfig.get_config_var("EXT_SUFFIX")
 
     flags = ["-O2", "-fPIC", f"-std={torch.std}", f"-D_GLIBCXX_USE_CXX11_ABI={torch.cxx11_abi}",
