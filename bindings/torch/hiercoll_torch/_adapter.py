@@ -14,7 +14,7 @@ import os
 import sys
 import sysconfig
 
-from .build_adapter import adapter_name, python_tag, user_adapter_root
+from ._names import adapter_name, python_tag, user_adapter_root
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
@@ -66,7 +66,7 @@ def find(torch_version, torch_cxx11_abi):
     if refused:
         message += "; refused: " + "; ".join(refused)
     message += (". Build one for this torch here, with a C++ compiler and nothing else: "
-                f"`{os.path.basename(sys.executable)} -m hiercoll_torch.build_adapter` (about a minute per core; "
+                f"`{os.path.basename(sys.executable)} -m hiercoll_torch.build_adapter` (a minute or two; "
                 f"it goes to {os.path.join(_PACKAGE, '_adapters')} or {user_adapter_root()})")
     raise AdapterError(message)
 

@@ -110,8 +110,14 @@ def main():
     if r["cuda_tensors_in_place"]:
         line(True, "CUDA", "CUDA tensors go to hiercoll's device path in place (CUDA IPC inside a node)")
     else:
-        line(True, "CUDA", "this build has no device path: CUDA tensors are staged through host memory"
-                           + ("" if not torch.cuda.is_available() else " (this host has a GPU: install a CUDA build)"))
+        gpu = " (this host has a GPU)" if torch.cuda.is_available() else ""
+        if r["device_buffers"]:
+            line(True, "CUDA", "this adapter was built without the CUDA runtime's headers: CUDA tensors are staged "
+                               f"through host memory{gpu}; build_adapter where a CUDA Toolkit is (CUDA_HOME) puts "
+                               "them in place")
+        else:
+            line(True, "CUDA", "the hiercoll library has no device path: CUDA tensors are staged through host memory"
+                               + gpu)
     good, text = _two_ranks()
     line(good, "collectives", text)
     print("\n".join(lines))
