@@ -60,8 +60,10 @@ def load():
     hiercoll-torch's, finds this copy), as a ctypes library."""
     global _library
     if _library is None:
-        _library = ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
-        _library.hiercoll_version.restype = ctypes.c_char_p
+        library = ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
+        for name in ("hiercoll_version", "hiercoll_runtime_report", "hiercoll_last_error"):
+            getattr(library, name).restype = ctypes.c_char_p
+        _library = library
     return _library
 
 
@@ -76,10 +78,8 @@ def runtime_report():
     import json
 
     library = load()
-    library.hiercoll_runtime_report.restype = ctypes.c_char_p
     text = library.hiercoll_runtime_report()
     if text is None:
-        library.hiercoll_last_error.restype = ctypes.c_char_p
         raise RuntimeError("hiercoll_runtime_report: " + library.hiercoll_last_error().decode())
     return json.loads(text.decode())
 

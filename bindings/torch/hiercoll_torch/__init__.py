@@ -47,7 +47,7 @@ def _create_backend(dist_options, backend_options=None):
     # enable_reconfigure (torch >= 2.15): no communicator until ProcessGroup.reconfigure() names the members.
     deferred = bool(getattr(dist_options, "enable_reconfigure", False))
     return _extension().create_backend(dist_options.store, dist_options.group_rank, dist_options.group_size,
-                             dist_options.timeout, "pg-" + str(dist_options.group_id), global_ranks, deferred)
+                                       dist_options.timeout, "pg-" + str(dist_options.group_id), global_ranks, deferred)
 
 
 def _register():

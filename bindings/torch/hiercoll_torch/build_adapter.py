@@ -169,6 +169,12 @@ def _core(args):
 
 def build(args):
     torch = TorchRelease(args.torch_root or _torch_root_of_this_python())
+    if torch.cxx11_abi == 0 and not args.core_static:
+        # The core wheel's library speaks the new ABI through its C++ API: an adapter linked to it would fail at
+        # import with an undefined symbol, or worse. The released adapters for 2.4-2.6 carry their own core.
+        raise SystemExit(f"build_adapter: torch {torch.version} uses the old C++ string ABI "
+                         "(_GLIBCXX_USE_CXX11_ABI=0), which the hiercoll core wheel does not: its adapter needs a core "
+                         "built with that ABI (--core-static; scripts/release/wheels builds one from a checkout)")
     name = adapter_name(torch.version)
     out = args.out or (os.path.join(_PACKAGE, "_adapters") if os.access(os.path.join(_PACKAGE, "_adapters"), os.W_OK)
                        else user_adapter_root())

@@ -50,9 +50,14 @@ std::vector<std::string> providers(const Libfabric& lib) {
   return {names.begin(), names.end()};
 }
 
-std::string provider_names(const Libfabric& lib) {
+std::string comma_list(const std::vector<std::string>& items) {
   std::string text;
-  for (const auto& name : providers(lib)) text += (text.empty() ? "" : ", ") + name;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+std::string provider_names(const Libfabric& lib) {
+  const std::string text = comma_list(providers(lib));
   return text.empty() ? "none" : text;
 }
 
@@ -147,9 +152,7 @@ std::vector<std::string> efa_devices(const std::string& sysfs_class) {
 std::string efa_mismatch(const std::vector<std::string>& devices, const std::vector<std::string>& providers,
                          const std::string& path) {
   if (devices.empty() || std::find(providers.begin(), providers.end(), "efa") != providers.end()) return "";
-  std::string names;
-  for (const auto& device : devices) names += (names.empty() ? "" : ", ") + device;
-  return "this host has EFA NICs (" + names + "), but the libfabric loaded, " + path +
+  return "this host has EFA NICs (" + comma_list(devices) + "), but the libfabric loaded, " + path +
          ", has no efa provider: traffic between hosts will take tcp, far slower. Load the EFA installer's "
          "(/opt/amazon/efa/lib64/libfabric.so.1, searched first when HIERCOLL_LIBFABRIC is unset), or install AWS's "
          "EFA installer.";
