@@ -220,6 +220,7 @@ class CommunicatorImpl {
   bool net_probed_ = false;  // measure_link() ran the probe
   std::unique_ptr<algo::Selector> selector_;
   Layout layout_;
+  std::vector<std::string> local_cpu_shares_;  // topo::cpu_share() of this node's ranks, by local rank (NIC choice)
   std::unique_ptr<transport::NodeArena> arena_;
   std::unique_ptr<algo::BackgroundWorker> network_worker_;
   algo::Hierarchy hierarchy_;

@@ -222,7 +222,8 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     }
   }
   // Every rank's node first: which NIC a rank opens depends on its local rank. With it, the rank's machine and CPUs
-  // (after a NUL, which no node id holds): how many ranks share a core, for the cost model (the same on every rank).
+  // (after a NUL, which no node id holds): how many ranks share a core, for the cost model (the same on every rank),
+  // and which of its node's NICs sit near each rank, for the NIC choice (nic_choice.hpp's rule 4).
   std::string record = node_id;
   record += '\0';
   record += topo::cpu_share();
@@ -234,6 +235,8 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     shares.push_back(end == std::string::npos ? "" : text.substr(end + 1));
   }
   layout_ = Layout::from_node_ids(node_ids, rank_);
+  for (int local = 0; local < layout_.local_size; ++local)
+    local_cpu_shares_.push_back(shares[static_cast<size_t>(layout_.rank_at(layout_.node, local))]);
   cost_model_.ranks_per_cpu = topo::ranks_per_cpu(shares);
   if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
   setup_hierarchy(store, instance);
@@ -281,6 +284,7 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
   fabric.rendezvous_host = launch::rendezvous_host_from_env();
   fabric.local_rank = layout_.local_rank;
   fabric.local_size = layout_.local_size;
+  fabric.local_cpu_shares = local_cpu_shares_;
   fabric.across_nodes = layout_.node_count > 1;
   fabric.cq_wait = settings_.fabric_cq_wait;
   fabric.force_mr = settings_.fabric_force_mr;

@@ -105,6 +105,17 @@ std::string cpu_share() {
   return id.empty() ? "" : id + " " + mask_text();
 }
 
+std::vector<int> share_cpus(const std::string& text) {
+  const Share share = parse(text);
+  std::vector<int> cpus;
+  for (size_t i = 0; i < share.digits.size(); ++i) {
+    for (int bit = 0; bit < 4; ++bit) {
+      if (share.digits[i] & (1 << bit)) cpus.push_back(static_cast<int>(i) * 4 + bit);
+    }
+  }
+  return cpus;
+}
+
 double ranks_per_cpu(const std::vector<std::string>& shares) {
   // Distinct shares first (ranks launched alike publish the same one), then, per machine, each against the others:
   // thousands of ranks make a few distinct shares per machine.

@@ -33,6 +33,9 @@ std::string host_identity();
 /// and the CPUs it may run on (its affinity mask, in hex). Short: tens of bytes however many CPUs there are.
 std::string cpu_share();
 
+/// The CPUs a cpu_share() names, in increasing order; none for a share that cannot be read.
+std::vector<int> share_cpus(const std::string& share);
+
 /// The most ranks that may run on one rank's CPUs, per CPU, over every rank: for each rank of `shares` (every rank's
 /// cpu_share()), the ranks on its machine whose CPUs overlap its own, itself included, over the number of its CPUs.
 /// The largest, because the slowest rank sets a collective's pace, and every rank computes the same figure from

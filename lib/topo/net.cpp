@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -138,17 +139,34 @@ std::string network_identity() {
   return host_identity() + "/" + (n > 0 ? std::string(netns, static_cast<size_t>(n)) : "net:?");
 }
 
-std::vector<Nearness> nic_nearness(const std::vector<NicLocator>& nics) {
-  std::vector<Nearness> result(nics.size(), Nearness::kUnknown);
+std::vector<std::vector<Nearness>> nic_nearness(const std::vector<NicLocator>& nics,
+                                                const std::vector<std::string>& cpu_shares,
+                                                const std::string& topology_xml) {
+  using Bitmap = std::unique_ptr<hwloc_bitmap_s, void (*)(hwloc_bitmap_t)>;
+  const size_t rows = std::max<size_t>(1, cpu_shares.size());
+  std::vector<std::vector<Nearness>> result(rows, std::vector<Nearness>(nics.size(), Nearness::kUnknown));
   if (nics.empty()) return result;
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return result;
   std::unique_ptr<hwloc_topology, void (*)(hwloc_topology_t)> owned(raw, hwloc_topology_destroy);
   hwloc_topology_t topology = owned.get();
   hwloc_topology_set_io_types_filter(topology, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (!topology_xml.empty() && hwloc_topology_set_xml(topology, topology_xml.c_str()) != 0) {
+    throw InvalidUsageError("hwloc cannot read the topology file " + topology_xml);
+  }
   if (hwloc_topology_load(topology) != 0) return result;
-  std::unique_ptr<hwloc_bitmap_s, void (*)(hwloc_bitmap_t)> bound(hwloc_bitmap_alloc(), hwloc_bitmap_free);
-  if (!bound || hwloc_get_cpubind(topology, bound.get(), HWLOC_CPUBIND_PROCESS) != 0) return result;
+  // Each row's CPUs: the share's, or this process's binding where no shares were given.
+  std::vector<Bitmap> cpus;
+  for (size_t r = 0; r < rows; ++r) {
+    Bitmap set(hwloc_bitmap_alloc(), hwloc_bitmap_free);
+    if (!set) return result;
+    if (cpu_shares.empty()) {
+      if (hwloc_get_cpubind(topology, set.get(), HWLOC_CPUBIND_PROCESS) != 0) return result;
+    } else {
+      for (int cpu : share_cpus(cpu_shares[r])) hwloc_bitmap_set(set.get(), static_cast<unsigned>(cpu));
+    }
+    cpus.push_back(std::move(set));
+  }
   for (size_t i = 0; i < nics.size(); ++i) {
     hwloc_obj_t device = nullptr;
     unsigned domain = 0, bus = 0, dev = 0, func = 0;
@@ -162,7 +180,10 @@ std::vector<Nearness> nic_nearness(const std::vector<NicLocator>& nics) {
     if (!device) continue;  // virtual, or hwloc sees no PCI: no locality to go by
     hwloc_obj_t anchor = hwloc_get_non_io_ancestor_obj(topology, device);
     if (!anchor || !anchor->cpuset) continue;
-    result[i] = hwloc_bitmap_intersects(anchor->cpuset, bound.get()) ? Nearness::kNear : Nearness::kFar;
+    for (size_t r = 0; r < rows; ++r) {
+      if (hwloc_bitmap_iszero(cpus[r].get())) continue;
+      result[r][i] = hwloc_bitmap_intersects(anchor->cpuset, cpus[r].get()) ? Nearness::kNear : Nearness::kFar;
+    }
   }
   return result;
 }

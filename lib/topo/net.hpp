@@ -52,9 +52,14 @@ struct NicLocator {
   std::string pci_bus_id;
 };
 
-/// For each NIC: near when its PCI device's CPU set (the NUMA node or package it hangs off) meets this process's CPU
-/// binding; unknown for virtual interfaces (veth, bridges, loopback) and where hwloc sees no PCI devices.
-/// Loads hwloc's topology with I/O devices: call once, at start-up.
-std::vector<Nearness> nic_nearness(const std::vector<NicLocator>& nics);
+/// For each CPU set of `cpu_shares` (one per local rank of this node, in local-rank order, each as cpus.hpp's
+/// cpu_share() writes it) and each NIC: near when the NIC's PCI device's CPU set (the NUMA node or package it hangs
+/// off) meets that rank's CPUs; unknown for virtual interfaces (veth, bridges, loopback), where hwloc sees no PCI
+/// devices, and for a share that names no CPUs. Rows by local rank, columns by NIC. `cpu_shares` empty: one row, this
+/// process's own binding. `topology_xml`: an hwloc XML file to read instead of this machine (the unit tests' p4d and
+/// p5 nodes). Loads hwloc's topology with I/O devices: call once, at start-up.
+std::vector<std::vector<Nearness>> nic_nearness(const std::vector<NicLocator>& nics,
+                                                const std::vector<std::string>& cpu_shares = {},
+                                                const std::string& topology_xml = "");
 
 }  // namespace hiercoll::topo

@@ -97,6 +97,9 @@ struct FabricOptions {
   std::string rendezvous_host;  ///< the store's host, where known: the NIC that routes there marks the data NICs
   int local_rank = 0;           ///< picks this rank's NIC among the node's (rail l on NIC l)
   int local_size = 1;           ///< ranks on this node
+  /// Each local rank's CPUs (topo::cpu_share(), by local rank): which NICs sit near which ranks (nic_choice.hpp's
+  /// rule 4); empty: this process's binding alone.
+  std::vector<std::string> local_cpu_shares;
   bool across_nodes = false;    ///< false: every rank on one node, loopback will do
   bool cq_wait = true;          ///< HIERCOLL_FABRIC_CQ_WAIT: false opens the CQ without a wait object
   bool force_mr = false;  ///< Register memory even if the provider does not require it (HIERCOLL_FABRIC_FORCE_MR).

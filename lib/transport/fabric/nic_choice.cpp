@@ -97,20 +97,54 @@ NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicReque
   }
   std::stable_sort(pool.begin(), pool.end(),
                    [](const NicCandidate& a, const NicCandidate& b) { return natural_less(a.domain, b.domain); });
-  std::vector<NicCandidate> near;
-  for (const auto& c : pool) {
-    if (c.nearness == topo::Nearness::kNear) near.push_back(c);
+  const int local_size = std::max(1, request.local_size);
+  if (request.local_rank < 0 || request.local_rank >= local_size) {
+    throw InvalidUsageError("NIC choice: local rank " + std::to_string(request.local_rank) + " of " +
+                            std::to_string(local_size));
   }
-  if (!near.empty() && near.size() < pool.size()) {
-    why += ", near this rank's CPUs";
-  } else {
-    near = pool;
+  // Each local rank's near set, as positions in the pool: the NICs known near its CPUs, or the whole pool where none
+  // is known near or all are.
+  auto near_set = [&pool](int local) {
+    std::vector<size_t> near;
+    for (size_t i = 0; i < pool.size(); ++i) {
+      const auto& by_rank = pool[i].nearness;
+      if (static_cast<size_t>(local) < by_rank.size() && by_rank[static_cast<size_t>(local)] == topo::Nearness::kNear)
+        near.push_back(i);
+    }
+    if (near.empty() || near.size() == pool.size()) {
+      near.resize(pool.size());
+      for (size_t i = 0; i < pool.size(); ++i) near[i] = i;
+    }
+    return near;
+  };
+  // A NIC near none of the node's ranks (one rank bound to one socket of two) would sit idle: there, every rank
+  // chooses among the whole pool, as bandwidth across the sockets' link outruns a NIC's.
+  std::vector<bool> covered(pool.size(), false);
+  for (int local = 0; local < local_size; ++local) {
+    for (size_t i : near_set(local)) covered[i] = true;
   }
+  const bool orphans = std::find(covered.begin(), covered.end(), false) != covered.end();
+  if (orphans) {
+    for (auto& c : pool) c.nearness.clear();
+  }
+  const std::vector<size_t> mine = near_set(request.local_rank);
+  size_t position = 0, sharing = 0;
+  for (int local = 0; local < local_size; ++local) {
+    if (near_set(local) != mine) continue;
+    if (local < request.local_rank) ++position;
+    ++sharing;
+  }
+  if (mine.size() < pool.size()) why += ", near this rank's CPUs";
   NicChoice choice;
-  for (const auto& c : near) choice.pool.push_back(c.domain);
-  choice.domain = choice.pool[static_cast<size_t>(request.local_rank) % choice.pool.size()];
-  choice.why = why + "; local rank " + std::to_string(request.local_rank) + " of " + std::to_string(near.size()) +
-               " NIC(s)";
+  for (size_t i : mine) choice.near.push_back(pool[i].domain);
+  if (mine.size() > sharing) {
+    for (size_t j = position; j < mine.size(); j += sharing) choice.domains.push_back(choice.near[j]);
+  } else {
+    choice.domains.push_back(choice.near[position % mine.size()]);
+  }
+  choice.domain = choice.domains.front();
+  choice.why = why + "; position " + std::to_string(position) + " of " + std::to_string(sharing) +
+               " local rank(s) on " + std::to_string(mine.size()) + " NIC(s)";
   return choice;
 }
 

@@ -11,9 +11,14 @@
 //      the interface that routes to the rendezvous host is known and is one of them, only the NICs of its family
 //      (its name without the trailing number: ens5 -> ens*, hcnic0 -> hcnic*): a NIC on the management network
 //      beside the data NICs is not a rail. On one node: loopback, which always reaches every rank.
-//   3. Of the pool, the NICs near this process's CPUs (hwloc), where any are known to be.
-//   4. Rank l of a node takes near[l % near.size()]: the same mapping on every node, so local rank l of every node
-//      talks to its peers on NIC l of theirs (rail-aligned, as NCCL_CROSS_NIC=0 and Open MPI's choice).
+//   3. Of the pool, the NICs near this rank's CPUs (hwloc), where any are known to be: its near set.
+//   4. The rank's position: its place, in local-rank order, among the node's ranks with the same near set. Rank at
+//      position p of k sharing n near NICs takes near[p % n] where n <= k, and near[j] for every j with j % k == p
+//      where n > k (it stripes over n / k NICs). By position, not by local rank: under a cyclic placement (Slurm's
+//      default across sockets) the even local ranks share one socket's NICs and the odd ones the other's, and
+//      local_rank % n would leave half of each socket's NICs idle. The same placement on every node gives the same
+//      mapping on every node, so local rank l of every node talks to its peers on the same rail of theirs
+//      (rail-aligned, as NCCL_CROSS_NIC=0 and Open MPI's choice).
 #include <string>
 #include <vector>
 
@@ -24,20 +29,24 @@ namespace hiercoll::transport {
 struct NicCandidate {
   std::string domain;  ///< libfabric's domain name: an interface name for tcp/udp/sockets, "rdmap16s27-rdm" for EFA
   bool loopback = false;
-  topo::Nearness nearness = topo::Nearness::kUnknown;
+  /// Where the NIC sits relative to each local rank's CPUs, by local rank (a column of topo::nic_nearness); empty:
+  /// unknown for every rank.
+  std::vector<topo::Nearness> nearness;
 };
 
 struct NicRequest {
   std::string spec;     ///< HIERCOLL_FABRIC_IFACE; empty: the rule above
   std::string toward;   ///< the interface that routes to the rendezvous host; empty: unknown
   int local_rank = 0;   ///< this rank's place among its node's ranks
+  int local_size = 1;   ///< the node's ranks
   bool across_nodes = true;
 };
 
 struct NicChoice {
-  std::vector<std::string> pool;  ///< the NICs this rank chose among (its rails), in order
-  std::string domain;             ///< the one it takes
-  std::string why;                ///< one line for the log: the rule that decided
+  std::vector<std::string> near;     ///< the NICs this rank chose among (its near set), in order
+  std::vector<std::string> domains;  ///< the ones it takes, in order: one, or its stripe (rule 4)
+  std::string domain;                ///< domains.front(): the one whose address it publishes first
+  std::string why;                   ///< one line for the log: the rule that decided
 };
 
 /// Throws InvalidUsageError naming the domains there are when the spec matches none, or when a job across nodes is

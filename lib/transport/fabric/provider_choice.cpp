@@ -78,17 +78,30 @@ fi_info* choose_domain(const std::vector<fi_info*>& infos, const FabricOptions& 
     }
     locators.push_back(locator);
   }
-  if (candidates.size() > 1 && options.across_nodes) {
-    const auto nearness = topo::nic_nearness(locators);
-    for (size_t i = 0; i < candidates.size(); ++i) candidates[i].nearness = nearness[i];
-  }
   NicRequest request;
+  request.local_rank = options.local_rank;
+  request.local_size = options.local_size;
+  if (candidates.size() > 1 && options.across_nodes) {
+    // Every local rank's row where the node's shares came (rule 4 places this rank among them); else its own alone,
+    // as local rank 0 of one.
+    const bool all = static_cast<int>(options.local_cpu_shares.size()) == options.local_size;
+    const auto nearness = topo::nic_nearness(locators, all ? options.local_cpu_shares : std::vector<std::string>{});
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      for (const auto& row : nearness) candidates[i].nearness.push_back(row[i]);
+    }
+    if (!all) {
+      for (auto& c : candidates) c.nearness.assign(static_cast<size_t>(options.local_size), c.nearness.front());
+    }
+  }
   request.spec = options.interface;
   request.toward = options.rendezvous_host.empty() ? "" : topo::interface_toward(options.rendezvous_host);
-  request.local_rank = options.local_rank;
   request.across_nodes = options.across_nodes;
   const NicChoice choice = choose_nic(candidates, request);
   why = choice.why;
+  if (choice.domains.size() > 1) {
+    // Striping one rank's traffic over several NICs is not built yet: the first of its share carries it.
+    why += "; its share is " + std::to_string(choice.domains.size()) + " NICs, of which it drives the first";
+  }
   fi_info* first = nullptr;
   for (fi_info* info : infos) {
     if (!info->domain_attr->name || choice.domain != info->domain_attr->name) continue;
