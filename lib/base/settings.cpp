@@ -40,6 +40,7 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
       {"FI_OFI_RXM_BUFFER_SIZE", "16K"},
       {"FI_OFI_RXM_MSG_RX_SIZE", "1024"},
+      {"FI_OFI_RXD_MAX_UNACKED", "16"},
       {"HIERCOLL_CPU_ISA", ""},
       {"HIERCOLL_STREAM_BYTES", ""},
       {"HIERCOLL_FLIGHT_ENTRIES", "256"},
@@ -160,6 +161,7 @@ Settings read(bool use_env) {
   s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
   s.rxm_buffer_bytes = r.bytes("FI_OFI_RXM_BUFFER_SIZE", 1);
   s.rxm_rx_buffers = static_cast<uint64_t>(r.integer("FI_OFI_RXM_MSG_RX_SIZE", 1));
+  s.rxd_max_unacked = static_cast<uint64_t>(r.integer("FI_OFI_RXD_MAX_UNACKED", 1));
   s.flight_entries = static_cast<uint64_t>(r.integer("HIERCOLL_FLIGHT_ENTRIES", 1));
   s.flight_dump = r.text("HIERCOLL_FLIGHT_DUMP");
   return s;

@@ -291,6 +291,7 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
   fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
+  fabric.rxd_max_unacked = static_cast<size_t>(settings_.rxd_max_unacked);
   std::unique_ptr<transport::Endpoint> endpoint = transport::open_endpoint(fabric);
   endpoint->connect(rank_, exchange_addresses(store, *endpoint));
   return endpoint;

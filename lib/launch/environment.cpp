@@ -64,12 +64,29 @@ int free_port(const std::string& address) {
   return ntohs(sa.sin_port);
 }
 
+// Whether the launcher says the job's ranks run on several hosts: Open MPI's local and world sizes, Slurm's node
+// count. False where none says.
+bool spans_hosts() {
+  auto local = base::env_string("OMPI_COMM_WORLD_LOCAL_SIZE"), all = base::env_string("OMPI_COMM_WORLD_SIZE");
+  if (local && all) return *local != *all;
+  if (auto nodes = base::env_string("SLURM_JOB_NUM_NODES")) return std::atoi(nodes->c_str()) > 1;
+  return false;
+}
+
 // The address a rendezvous server rank 0 runs is published at: HIERCOLL_SOCKET_IFNAME's, else the one other hosts
 // most likely reach (topo::outward_address: the default route's interface; never loopback or a docker-style bridge,
 // which carry the same address on every host).
 std::string published_address() {
   const std::string ifname = base::Settings::from_env().socket_ifname;
-  return ifname.empty() ? topo::outward_address() : topo::interface_address(ifname);
+  if (!ifname.empty()) return topo::interface_address(ifname);
+  const std::string address = topo::outward_address();
+  // Loopback is what outward_address falls back to: right on one host, and across hosts a rendezvous nobody reaches.
+  if (address == "127.0.0.1" && spans_hosts()) {
+    throw InvalidUsageError("rendezvous: this job spans several hosts, and rank 0's host has no address the others "
+                            "can reach (only loopback or host-only bridges are up): set HIERCOLL_SOCKET_IFNAME to the "
+                            "interface that connects the hosts");
+  }
+  return address;
 }
 
 // Under a PMIx server (mpirun, srun --mpi=pmix) with PMIx support built in.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 
 #include "hiercoll/errors.hpp"
@@ -66,8 +67,18 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
   }
   const std::string pmix_key = "hiercoll." + key;
   const Pmix& lib = pmix();
+  // Rank 0's failure to make the value (no address other hosts can reach) is published in its place, so every rank
+  // fails at once with its message instead of waiting for the fence's timeout.
+  constexpr const char* kFailed = "!failed:";
+  std::exception_ptr failure;
   if (rank == 0) {
-    std::string value = make_value();
+    std::string value;
+    try {
+      value = make_value();
+    } catch (const std::exception& e) {
+      failure = std::current_exception();
+      value = std::string(kFailed) + e.what();
+    }
     pmix_value_t v{};
     v.type = PMIX_STRING;
     v.data.string = value.data();  // PMIx_Put copies it
@@ -98,7 +109,10 @@ std::string pmix_share_from_rank0(const std::string& key, int rank, const std::f
   if (value->type != PMIX_STRING || value->data.string == nullptr) {
     throw RemoteError("PMIx rendezvous: rank 0's " + pmix_key + " is not a string");
   }
-  return value->data.string;
+  if (failure) std::rethrow_exception(failure);
+  const std::string text = value->data.string;
+  if (text.rfind(kFailed, 0) == 0) throw RemoteError("PMIx rendezvous: rank 0 failed: " + text.substr(std::strlen(kFailed)));
+  return text;
 #else
   (void)key, (void)rank, (void)make_value, (void)timeout;
   throw InvalidUsageError("PMIx rendezvous: hiercoll was built without PMIx (libpmix-dev not found)");

@@ -106,6 +106,7 @@ struct FabricOptions {
   size_t mr_cache_entries = 64;  ///< Memory-registration cache capacity (HIERCOLL_MR_CACHE_ENTRIES, 0 disables).
   size_t rxm_buffer_bytes = 16 << 10;  ///< RxM's eager size, libfabric's FI_OFI_RXM_BUFFER_SIZE (see eager_bytes()).
   size_t rxm_rx_buffers = 1024;  ///< RxM's posted receive buffers, libfabric's FI_OFI_RXM_MSG_RX_SIZE, where unset.
+  size_t rxd_max_unacked = 16;   ///< RxD's send window per peer, libfabric's FI_OFI_RXD_MAX_UNACKED, where unset.
 };
 
 /// Opens a libfabric FI_EP_RDM endpoint with tagged messaging.

@@ -311,6 +311,28 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
   CHECK(segments.left() == 0);
 }
 
+// A survivor's buffers are its own again the moment the error returns: unmapped and mapped afresh at once, nothing
+// writes into them (mp_worker.cpp's die-remap), on a provider with automatic progress (tcp's RxM) and on one with
+// manual progress (udp's RxD), through the ring and the hierarchical allreduce.
+TEST_CASE("after a peer dies mid-allreduce, nothing touches a survivor's buffers once the error returns",
+          "[mp][errors][death]") {
+  const auto [provider, algo] = GENERATE(table<std::string, std::string>({{"tcp", "ring"}, {"tcp", "hier"},
+                                                                          {"udp", "ring"}}));
+  auto options = loopback({{"HIERCOLL_FABRIC_PROVIDER", provider}, {"HIERCOLL_ALGO", algo},
+                           {"HIERCOLL_TIMEOUT_MS", "20000"}, {"HIERCOLL_TEST_DIE_RANK", "1"}});
+  options.node_of = {0, 0, 1, 1};
+  options.timeout = std::chrono::seconds(120);
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"die-remap"}, options);
+  INFO(provider << " " << algo << "\n" << result.report());
+  CHECK_FALSE(result.timed_out);
+  CHECK(result.ranks[1].exit_code == -SIGKILL);
+  for (int r : {0, 2, 3}) {
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(result.ranks[r].output.find("EXPECTED ERROR") != std::string::npos);
+    CHECK(result.ranks[r].output.find("REMAP OK") != std::string::npos);
+  }
+}
+
 // Without the peer watch (which names a dead rank sooner: the [death] case), the timeout still ends the wait.
 TEST_CASE("a rank killed in a small one-node allreduce (run on the callers' threads) fails the others at the timeout",
           "[mp][errors][hier][quick]") {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -243,6 +244,75 @@ void run_die(Communicator& comm) {
   } catch (const Error& e) {
     std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
   }
+}
+
+// Rank HIERCOLL_TEST_DIE_RANK dies HIERCOLL_TEST_DIE_AFTER_MS into a series of large allreduces (HIERCOLL_TEST_DIE_COUNT
+// floats, 64M: 256 MB) whose buffers every rank maps itself. The moment the error returns, each survivor unmaps them,
+// maps fresh pages at the same addresses, fills them with a pattern and keeps them a second while the rest of the job
+// falls apart around it: a request the provider still held on the old buffers (a live peer's data arriving into a
+// posted receive, a send in its retries) would now write into, or fault on, the new pages. Prints REMAP OK when every
+// byte kept the pattern.
+void run_die_remap(Communicator& comm) {
+  const int victim = std::atoi(std::getenv("HIERCOLL_TEST_DIE_RANK") ? std::getenv("HIERCOLL_TEST_DIE_RANK") : "1");
+  const char* count_text = std::getenv("HIERCOLL_TEST_DIE_COUNT");
+  const char* after_text = std::getenv("HIERCOLL_TEST_DIE_AFTER_MS");
+  const size_t count = count_text ? std::strtoul(count_text, nullptr, 10) : 64u << 20;
+  const int after_ms = after_text ? std::atoi(after_text) : 300;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = (count * sizeof(float) + page - 1) / page * page;
+  auto map = [bytes](void* at) {
+    const int fixed = at ? MAP_FIXED_NOREPLACE : 0;
+    void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  };
+  void* in = map(nullptr);
+  void* out = map(nullptr);
+  if (!in || !out) {
+    std::printf("FAIL: mmap of %zu bytes\n", bytes);
+    ++g_failures;
+    return;
+  }
+  std::fill_n(static_cast<float*>(in), count, 1.0f);
+  comm.barrier().wait();  // every rank is in before the victim's clock starts
+  if (comm.rank() == victim) {
+    std::thread([after_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+      raise(SIGKILL);
+    }).detach();
+  }
+  try {
+    for (int i = 0; i < 20; ++i) comm.allreduce(in, out, count, DataType::kFloat32, ReduceOp::kSum).wait();
+    std::printf("FAIL: survived a dead peer\n");
+    ++g_failures;
+    return;
+  } catch (const Error& e) {
+    munmap(in, bytes);
+    munmap(out, bytes);
+    void* again_in = map(in);
+    void* again_out = map(out);
+    if (again_in != in || again_out != out) {
+      std::printf("FAIL: could not map the same addresses again\n");
+      ++g_failures;
+      return;
+    }
+    std::memset(in, 0x5a, bytes);
+    std::memset(out, 0x5a, bytes);
+    std::printf("EXPECTED ERROR [%s]: %s\n", to_string(e.code()), e.what());
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  size_t changed = 0;
+  for (void* buffer : {in, out}) {
+    const auto* p = static_cast<const unsigned char*>(buffer);
+    for (size_t i = 0; i < bytes; ++i) changed += p[i] != 0x5a;
+  }
+  if (changed == 0) {
+    std::printf("REMAP OK\n");
+  } else {
+    std::printf("FAIL: %zu bytes of the re-mapped buffers changed after the error returned\n", changed);
+    ++g_failures;
+  }
+  munmap(in, bytes);
+  munmap(out, bytes);
 }
 
 // Each rank sends its rank to the next around the ring of ranks and returns what the previous one sent (point to
@@ -1096,6 +1166,7 @@ int main(int argc, char** argv) {
     else if (scenario == "errors") run_errors(comm);
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
+    else if (scenario == "die-remap") run_die_remap(comm);
     else if (scenario == "die-after-create") run_die_after_create(comm);
     else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);

@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -35,6 +36,19 @@
 
 namespace hiercoll::transport {
 namespace {
+
+// Whether acknowledgements, retransmits and handshakes move only inside calls: control_progress in libfabric 1.x;
+// libfabric 2.x replaces both progress fields by one, `progress`, which its headers carry and a 2.x provider may leave
+// the old ones unset beside (FI_PROGRESS_UNSPEC), and then data_progress, set alone, speaks for both. Manual data
+// progress alone (tcp's RxM) needs no keeper: fi_cq_sread drives the data while it waits.
+bool manual_control_progress(const fi_domain_attr& domain) {
+  bool manual = domain.control_progress == FI_PROGRESS_MANUAL ||
+                (domain.control_progress == FI_PROGRESS_UNSPEC && domain.data_progress == FI_PROGRESS_MANUAL);
+#if FI_MAJOR_VERSION >= 2
+  manual = manual || domain.progress == FI_PROGRESS_MANUAL;
+#endif
+  return manual;
+}
 
 std::string fi_message(const std::string& call, ssize_t rc) {
   return call + " failed: " + fabric_strerror(static_cast<int>(-rc)) + " (" + std::to_string(rc) + ")";
@@ -99,12 +113,17 @@ class FabricEndpoint final : public Endpoint {
     return name;
   }
 
+  // Addresses are kept, and each is inserted into the address vector at the first send to its rank: a rank talks to
+  // its ring and rail peers, a few of the N, and on EFA every inserted address is an address handle on the NIC
+  // (aws-ofi-nccl inserts lazily too). Receives name no source (the rank is in the tag), and every provider but
+  // shm takes a message from a peer it has not inserted; shm, one host and at most kShmMostRanks, inserts all.
   void connect(int my_rank, const std::vector<std::vector<uint8_t>>& addresses) override {
+    auto lock = driving();
     my_rank_ = my_rank;
-    peers_.resize(addresses.size());
-    for (size_t i = 0; i < addresses.size(); ++i) {
-      int inserted = fi_av_insert(av_, addresses[i].data(), 1, &peers_[i], 0, nullptr);
-      if (inserted != 1) throw FabricError("fi_av_insert of rank " + std::to_string(i) + "'s address failed");
+    addresses_ = addresses;
+    peers_.assign(addresses.size(), FI_ADDR_NOTAVAIL);
+    if (provider() == "shm") {
+      for (size_t i = 0; i < addresses.size(); ++i) peer_address(static_cast<int>(i));
     }
     if (manual_control_ && !keeper_.joinable()) keeper_ = std::thread([this] { keep_progress(); });
   }
@@ -112,7 +131,7 @@ class FabricEndpoint final : public Endpoint {
   RequestPtr isend(int peer, Tag tag, const void* buffer, size_t bytes) override {
     auto lock = driving();
     auto request = make_request(true, peer, tag, bytes, buffer);
-    fi_addr_t address = peers_.at(static_cast<size_t>(peer));
+    fi_addr_t address = peer_address(peer);
     submit(request, "fi_tsend", [this, request, buffer, bytes, address, tag] {
       return fi_tsend(ep_, buffer, bytes, descriptor(*request), address, tag, request->context());
     });
@@ -144,15 +163,18 @@ class FabricEndpoint final : public Endpoint {
   }
 
   // Without a CQ wait object (EFA before libfabric 2.5, or HIERCOLL_FABRIC_CQ_WAIT=0) nothing in the provider can be
-  // slept on, and its progress is manual: a peer's handshake or retransmit moves only while this rank calls in. So
-  // the wait polls, first yielding the core between polls, then sleeping on the wake eventfd for a pause that
-  // doubles while nothing completes (kIdlePauseMax at most, the cost of a late message) and starts over on the first
-  // completion: a busy rank polls at once, a rank whose peer is late costs a poll per pause.
+  // slept on, and its progress is manual: a peer's handshake, an acknowledgement, a retransmit move only while this
+  // rank calls in, and they complete nothing the rank would see. So while a transfer is under way (requests in
+  // flight, and the last completion or post within the busy window, in_transfer()) the wait polls without pause,
+  // yielding the core between polls, as aws-ofi-nccl polls while an operation is in flight; a pause there stalls the
+  // sender's window for the pause's length (docs/cluster.md, udp before and after). Otherwise, after a few yields,
+  // it sleeps on the wake eventfd for a pause that doubles while nothing completes (kIdlePauseMax at most, the cost of
+  // a late message): an idle rank, or one whose peer is late past the window, costs a poll per pause.
   void wait_without_cq_object(std::chrono::microseconds max_block) {
     const auto deadline = std::chrono::steady_clock::now() + max_block;
     for (;;) {
       ++idle_polls_;
-      if (idle_polls_ <= kIdleYields) {
+      if (idle_polls_ <= kIdleYields || in_transfer()) {
         sched_yield();
       } else {
         const uint32_t doublings = std::min<uint32_t>(idle_polls_ - kIdleYields, 16);
@@ -241,24 +263,30 @@ class FabricEndpoint final : public Endpoint {
     return {};
   }
 
+  // Every request fails with `reason`, and none is left targeting its buffer when this returns: the caller (the
+  // communicator's failure path, on the thread that drives the endpoint) hands the error to its user, who may free
+  // or reuse the buffers at once (torch does). Posted requests are cancelled; what the provider does not cancel (a
+  // matched rendezvous receive on tcp's RxM, an EFA long read, a send to a dead peer in its retries) would still
+  // write into or read from its buffer, from a live peer's data or the provider's own threads, so then the endpoint
+  // is closed: after fi_close returns the provider touches none of them, and their registrations go with them. A
+  // closed endpoint fails every later post (a broken communicator posts nothing more but its own teardown).
   void cancel_all(const std::string& reason) override {
     auto lock = driving();
     for (auto& pending : backlog_) finish_unposted(pending.request.get(), reason);
     backlog_.clear();
+    if (!ep_) return;
     for (FabricRequest* request : in_flight_) {
       fi_cancel(&ep_->fid, request->context());
     }
-    // Give the provider a moment to report the cancellations, then fail whatever is left for its waiters. What the
-    // provider did not cancel stays its own: EFA cancels only posted receives, and a send to a dead peer completes
-    // (in error) after its retries. Such a request is abandoned, not freed: its completion context, and the
-    // registration of its buffer, live until the provider reports it or the endpoint is closed (close()).
     for (int i = 0; i < 10 && !in_flight_.empty(); ++i) drain_completions(nullptr);
-    for (FabricRequest* request : in_flight_) {
-      if (request->abandoned) continue;
-      request->abandoned = true;
-      request->error = reason;
-      request->state.store(Request::State::kFailed, std::memory_order_release);
-    }
+    if (in_flight_.empty()) return;
+    HIERCOLL_LOG(kInfo, "fabric: closing the endpoint: " << in_flight_.size()
+                                                         << " request(s) the provider would not cancel (" << reason
+                                                         << ")");
+    const int rc = fi_close(&ep_->fid);
+    ep_ = nullptr;
+    if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message("fi_close(endpoint)", rc));
+    for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, reason);
   }
 
  private:
@@ -266,6 +294,44 @@ class FabricEndpoint final : public Endpoint {
   // holds drive_mutex_; elsewhere one thread drives the endpoint (the contract) and this locks nothing.
   std::unique_lock<std::mutex> driving() {
     return manual_control_ ? std::unique_lock<std::mutex>(drive_mutex_) : std::unique_lock<std::mutex>();
+  }
+
+  // Whether a transfer is under way: a request the provider still owes, and a sign of life (a completion, or a post
+  // onto an idle endpoint) within the busy window. The window is four times the recent gap between completions
+  // while requests were in flight (an exponential average), between kBusyWindowMin and kBusyWindowMax: a transfer
+  // keeps the polling however slow its link, and a peer that is late gives it up after a few gaps. A gap counts at
+  // most twice the average: a late peer's gap, tens of times the pace, would otherwise teach the wait to spin
+  // through the next lateness; a slower link raises it over a few completions.
+  bool in_transfer() {
+    auto lock = driving();
+    bool owed = !backlog_.empty();
+    for (FabricRequest* request : in_flight_) owed = owed || !request->abandoned;
+    if (!owed) return false;
+    const int64_t window = std::clamp<int64_t>(4 * completion_gap_ns_, kBusyWindowMin.count(), kBusyWindowMax.count());
+    return now_ns() - last_activity_ns_ < window;
+  }
+
+  // Under driving(): a completion read while requests were in flight is a gap sample.
+  void note_completions(bool were_owed) {
+    const int64_t now = now_ns();
+    if (were_owed) {
+      const int64_t gap = std::min<int64_t>(now - last_activity_ns_, 2 * completion_gap_ns_);
+      completion_gap_ns_ = std::max<int64_t>(kGapFloor.count(), (3 * completion_gap_ns_ + gap) / 4);
+    }
+    last_activity_ns_ = now;
+  }
+
+  // `peer`'s address in the address vector, inserted at its first use. Under driving().
+  fi_addr_t peer_address(int peer) {
+    fi_addr_t& address = peers_.at(static_cast<size_t>(peer));
+    if (address == FI_ADDR_NOTAVAIL) {
+      fi_addr_t inserted = FI_ADDR_NOTAVAIL;
+      if (fi_av_insert(av_, addresses_[static_cast<size_t>(peer)].data(), 1, &inserted, 0, nullptr) != 1)
+        throw FabricError("fi_av_insert of rank " + std::to_string(peer) + "'s address failed");
+      address = inserted;
+      ++inserted_;
+    }
+    return address;
   }
 
   // The driver's non-blocking pass: marks that it calls in (the keeper stays out meanwhile), then drive_once().
@@ -278,7 +344,10 @@ class FabricEndpoint final : public Endpoint {
   bool drive_once() {
     auto lock = driving();
     post_backlog();
-    return drain_completions(nullptr) > 0;
+    const bool were_owed = !in_flight_.empty();
+    const bool completed = drain_completions(nullptr) > 0;
+    if (completed) note_completions(were_owed);
+    return completed;
   }
 
   static int64_t now_ns() {
@@ -319,7 +388,7 @@ class FabricEndpoint final : public Endpoint {
   }
 
   void open(const FabricOptions& options) {
-    size_rxm_receive_buffers(options.rxm_rx_buffers);  // before the process's first fi_getinfo
+    size_provider_buffers(options.rxm_rx_buffers, options.rxd_max_unacked);  // before the process's first fi_getinfo
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
     ProviderChoice chosen = choose_provider(options);
@@ -343,7 +412,7 @@ class FabricEndpoint final : public Endpoint {
     cq_attr.wait_obj = FI_WAIT_UNSPEC;
     // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses both
     // the message and its own timeout, leaving start-up stuck past the communicator's timeout (commit ecff805).
-    manual_control_ = info_->domain_attr->control_progress == FI_PROGRESS_MANUAL;
+    manual_control_ = manual_control_progress(*info_->domain_attr);
     const bool sread_works = !manual_control_ && provider() != "shm";
     if (options.cq_wait && sread_works && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
       cq_can_wait_ = true;
@@ -388,17 +457,26 @@ class FabricEndpoint final : public Endpoint {
 
   // Closes whatever is open, children before parents; safe on a partly opened endpoint.
   void close() {
-    if (ep_) fi_close(&ep_->fid);
+    if (ep_) {
+      const int rc = fi_close(&ep_->fid);
+      if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message("fi_close(endpoint)", rc));
+    }
     // The closed endpoint completes nothing more: what it still held (abandoned by cancel_all) can go, and with it
     // the registrations they held, before the cache and the domain.
     if (!in_flight_.empty())
       HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
     for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, "endpoint closed");
     mr_cache_.reset();  // registrations before the domain
-    if (cq_) fi_close(&cq_->fid);
-    if (av_) fi_close(&av_->fid);
-    if (domain_) fi_close(&domain_->fid);
-    if (fabric_) fi_close(&fabric_->fid);
+    // A refused close leaks what it held (a domain with registrations left, an endpoint still bound): said, not
+    // thrown, as this runs in the destructor.
+    auto closed = [](fid* object, const char* what) {
+      const int rc = object ? fi_close(object) : 0;
+      if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message(what, rc));
+    };
+    closed(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
+    closed(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
+    closed(domain_ ? &domain_->fid : nullptr, "fi_close(domain)");
+    closed(fabric_ ? &fabric_->fid : nullptr, "fi_close(fabric)");
     if (info_) libfabric().freeinfo(info_);  // info_ exists only once libfabric loaded
     ep_ = nullptr;
     cq_ = nullptr;
@@ -437,6 +515,10 @@ class FabricEndpoint final : public Endpoint {
   // keeps the post in a backlog that progress() retries in order. Never blocks: a request that cannot be
   // posted simply stays pending, and the waiter's deadline decides when to give up.
   void submit(const std::shared_ptr<FabricRequest>& request, const char* call, std::function<ssize_t()> post_fn) {
+    if (!ep_) {  // closed by cancel_all after a failure
+      finish_unposted(request.get(), std::string(call) + ": the endpoint was closed after an earlier failure");
+      return;
+    }
     if (backlog_.empty()) {
       ssize_t rc = post_fn();
       if (rc == 0) {
@@ -474,6 +556,7 @@ class FabricEndpoint final : public Endpoint {
   // After a successful post the request is the provider's: keep it alive until its completion.
   void track(const std::shared_ptr<FabricRequest>& request) {
     request->self = request;
+    if (in_flight_.empty()) last_activity_ns_ = now_ns();  // a transfer starts: the busy window runs from here
     in_flight_.insert(request.get());
   }
 
@@ -542,6 +625,9 @@ class FabricEndpoint final : public Endpoint {
   static constexpr std::chrono::microseconds kIdlePauseMin{8};
   static constexpr std::chrono::microseconds kIdlePauseMax{2000};
   static constexpr std::chrono::milliseconds kKeeperTickMin{1}, kKeeperTickMax{8};
+  static constexpr std::chrono::nanoseconds kBusyWindowMin{std::chrono::milliseconds(2)};
+  static constexpr std::chrono::nanoseconds kBusyWindowMax{std::chrono::milliseconds(100)};
+  static constexpr std::chrono::nanoseconds kGapFloor{std::chrono::microseconds(10)};  // keeps the average growable
   // How long a leaving rank keeps answering after its last activity: several of a reliable-datagram provider's first
   // retransmit intervals, for a peer whose last acknowledgement was lost.
   static constexpr std::chrono::milliseconds kQuietBeforeLeaving{50};
@@ -563,11 +649,17 @@ class FabricEndpoint final : public Endpoint {
   std::thread keeper_;
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
   uint32_t idle_polls_ = 0;
+  // in_transfer()'s clock, under driving(): the last completion or post onto an idle endpoint, and the average gap
+  // between completions while requests were in flight (a first guess of 2.5 ms: a 10 ms window).
+  int64_t last_activity_ns_ = 0;
+  int64_t completion_gap_ns_ = 2500000;
   bool needs_mr_ = false;
   uint64_t next_mr_key_ = 1;
   size_t rxm_buffer_bytes_ = 0;
   int my_rank_ = -1;
-  std::vector<fi_addr_t> peers_;
+  std::vector<fi_addr_t> peers_;                 // FI_ADDR_NOTAVAIL until the first send to the rank (peer_address)
+  std::vector<std::vector<uint8_t>> addresses_;  // every rank's address, as connect() got them
+  size_t inserted_ = 0;                          // addresses in the address vector
   std::unique_ptr<MrCache> mr_cache_;
   std::unordered_set<FabricRequest*> in_flight_;
   struct Pending {

@@ -144,11 +144,18 @@ void warn_if_efa_unused() {
 // endpoint: by libfabric's default 4096 of 16 KB, 64 MB in every process and most of a rank's memory. What arrives
 // at one rank at once is far less (a pipeline's slots from each peer it receives from, fit_chunks_to_provider), so
 // where the job left the variable unset it gets Settings' count (figures: `git log -S size_rxm_receive_buffers`).
-// libfabric reads it once, at the process's first fi_getinfo, which is why this comes first. setenv beside threads
-// that read the environment is the risk every library that configures libfabric takes (aws-ofi-nccl's init too).
-void size_rxm_receive_buffers(size_t count) {
+// RxD (udp's reliable datagrams) sends up to FI_OFI_RXD_MAX_UNACKED datagrams to a peer before it waits for an
+// acknowledgement, 128 by default: with both directions of a ring running, the windows overflow the receiver's
+// socket buffer, and what is dropped waits for RxD's retransmit timer. Settings' smaller window keeps the datagrams
+// in the buffer (docs/cluster.md, "udp before and after"). libfabric reads both once, at the process's first
+// fi_getinfo, which is why this comes first. setenv beside threads that read the environment is the risk every
+// library that configures libfabric takes (aws-ofi-nccl's init too).
+void size_provider_buffers(size_t rxm_rx_buffers, size_t rxd_max_unacked) {
   static std::once_flag once;
-  std::call_once(once, [count] { setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(count).c_str(), /*overwrite=*/0); });
+  std::call_once(once, [=] {
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", std::to_string(rxm_rx_buffers).c_str(), /*overwrite=*/0);
+    setenv("FI_OFI_RXD_MAX_UNACKED", std::to_string(rxd_max_unacked).c_str(), /*overwrite=*/0);
+  });
 }
 
 ProviderChoice choose_provider(const FabricOptions& options) {

@@ -23,8 +23,8 @@ struct ProviderChoice {
 /// than it joins).
 ProviderChoice choose_provider(const FabricOptions& options);
 
-/// Sets FI_OFI_RXM_MSG_RX_SIZE to `count` where the job left it unset, once per process; it must run before the
-/// process's first fi_getinfo (libfabric reads it once).
-void size_rxm_receive_buffers(size_t count);
+/// Sets FI_OFI_RXM_MSG_RX_SIZE and FI_OFI_RXD_MAX_UNACKED where the job left them unset, once per process; it must
+/// run before the process's first fi_getinfo (libfabric reads them once).
+void size_provider_buffers(size_t rxm_rx_buffers, size_t rxd_max_unacked);
 
 }  // namespace hiercoll::transport
