@@ -247,7 +247,7 @@ void run_die(Communicator& comm) {
 }
 
 // Rank HIERCOLL_TEST_DIE_RANK dies HIERCOLL_TEST_DIE_AFTER_MS into a series of large allreduces (HIERCOLL_TEST_DIE_COUNT
-// floats, 64M: 256 MB) whose buffers every rank maps itself. The moment the error returns, each survivor unmaps them,
+// floats) whose buffers every rank maps itself. The moment the error returns, each survivor unmaps them,
 // maps fresh pages at the same addresses, fills them with a pattern and keeps them a second while the rest of the job
 // falls apart around it: a request the provider still held on the old buffers (a live peer's data arriving into a
 // posted receive, a send in its retries) would now write into, or fault on, the new pages. Prints REMAP OK when every
@@ -256,7 +256,10 @@ void run_die_remap(Communicator& comm) {
   const int victim = std::atoi(std::getenv("HIERCOLL_TEST_DIE_RANK") ? std::getenv("HIERCOLL_TEST_DIE_RANK") : "1");
   const char* count_text = std::getenv("HIERCOLL_TEST_DIE_COUNT");
   const char* after_text = std::getenv("HIERCOLL_TEST_DIE_AFTER_MS");
-  const size_t count = count_text ? std::strtoul(count_text, nullptr, 10) : 64u << 20;
+  // 256 MB; 16 MB under the sanitizers (HIERCOLL_TEST_LARGE_BYTES, scripts/dev/sanitize), which stretch each pass.
+  const size_t count = count_text                                 ? std::strtoul(count_text, nullptr, 10)
+                       : std::getenv("HIERCOLL_TEST_LARGE_BYTES") ? 4u << 20
+                                                                  : 64u << 20;
   const int after_ms = after_text ? std::atoi(after_text) : 300;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (count * sizeof(float) + page - 1) / page * page;
@@ -281,7 +284,10 @@ void run_die_remap(Communicator& comm) {
     }).detach();
   }
   try {
-    for (int i = 0; i < 20; ++i) comm.allreduce(in, out, count, DataType::kFloat32, ReduceOp::kSum).wait();
+    // Until the victim's death fails one, for at most a minute.
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < end)
+      comm.allreduce(in, out, count, DataType::kFloat32, ReduceOp::kSum).wait();
     std::printf("FAIL: survived a dead peer\n");
     ++g_failures;
     return;
