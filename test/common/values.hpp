@@ -144,27 +144,37 @@ inline const std::vector<ReduceOp>& all_ops() {
 }
 
 // The types and ops the collective matrices loop over (the multi-process worker, the in-process algorithm matrix):
-// all of them, unless HIERCOLL_TEST_MATRIX=widths, which scripts/dev/sanitize and the provider matrix (fabric_*,
-// test/CMakeLists.txt) set. That keeps one type per element width (the widths the pipelines' chunks and pieces round
-// to, and so the bytes each thread and each provider touches) and sum, max and avg (avg adds a pass after the
-// reduction). A type beyond those changes only which kernel reduces a range: the sanitizers check every kernel of
-// every type, op, instruction set and alignment in the unit tests (reduce_test.cpp), and the release build runs every
-// type and op through every collective over tcp (the mp tests).
-inline bool widths_only() {
-  static const bool widths = [] {
+// all of them, unless HIERCOLL_TEST_MATRIX says otherwise.
+//   widths   (AddressSanitizer's run and the provider matrix: scripts/dev/sanitize, fabric_* in test/CMakeLists.txt):
+//            one type per element width (the widths the pipelines' chunks and pieces round to, and so the bytes each
+//            thread and each provider touches) and sum, max and avg (avg adds a pass after the reduction).
+//   threads  (ThreadSanitizer's run): a 4-byte and a 2-byte type, sum and avg. What it looks for is in the threads'
+//            hand-offs (queues, flags, the progress thread, the endpoint), which every type crosses alike, and each
+//            pass under it costs several times ASan's.
+// A type beyond those changes only which kernel reduces a range: the sanitizers check every kernel of every type,
+// op, instruction set and alignment in the unit tests (reduce_test.cpp), and the release build runs every type and
+// op through every collective over tcp (the mp tests). Either setting also runs each emulated layout once and a
+// shorter soak (mp_tests.cpp).
+inline std::string_view test_matrix() {
+  static const std::string_view matrix = [] {
     const char* v = std::getenv("HIERCOLL_TEST_MATRIX");
-    return v && std::string_view(v) == "widths";
+    return std::string_view(v ? v : "");
   }();
-  return widths;
+  return matrix;
 }
+inline bool widths_only() { return test_matrix() == "widths" || test_matrix() == "threads"; }
 inline const std::vector<DataType>& matrix_types() {
   static const std::vector<DataType> widths = {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
                                                DataType::kInt8};
+  static const std::vector<DataType> threads = {DataType::kFloat32, DataType::kBFloat16};
+  if (test_matrix() == "threads") return threads;
   return widths_only() ? widths : all_types();
 }
 inline const std::vector<ReduceOp>& matrix_ops() {
-  static const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg};
-  return widths_only() ? ops : all_ops();
+  static const std::vector<ReduceOp> widths = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg};
+  static const std::vector<ReduceOp> threads = {ReduceOp::kSum, ReduceOp::kAvg};
+  if (test_matrix() == "threads") return threads;
+  return widths_only() ? widths : all_ops();
 }
 
 }  // namespace hiercoll::test
