@@ -69,7 +69,6 @@ struct FabricRequest : Request {
   CompletionContext completion{{}, this};
   RequestPtr self;  // keeps the request alive while the provider may still touch `completion`
   MrCache::Lease registration;
-  bool abandoned = false;  // failed for its waiters by cancel_all, still the provider's until it completes
   void* context() { return &completion.provider_space; }
   static FabricRequest* from_context(void* context) { return static_cast<CompletionContext*>(context)->request; }
 };
@@ -231,7 +230,7 @@ class FabricEndpoint final : public Endpoint {
       if (poll_once()) last_activity = std::chrono::steady_clock::now();
       auto lock = driving();
       bool sending = !backlog_.empty();
-      for (FabricRequest* request : in_flight_) sending = sending || (request->is_send && !request->abandoned);
+      for (FabricRequest* request : in_flight_) sending = sending || request->is_send;
       if (!sending && std::chrono::steady_clock::now() - last_activity >= kQuietBeforeLeaving) return;
       sched_yield();
     }
@@ -283,9 +282,8 @@ class FabricEndpoint final : public Endpoint {
     HIERCOLL_LOG(kInfo, "fabric: closing the endpoint: " << in_flight_.size()
                                                          << " request(s) the provider would not cancel (" << reason
                                                          << ")");
-    const int rc = fi_close(&ep_->fid);
+    close_object(&ep_->fid, "fi_close(endpoint)");
     ep_ = nullptr;
-    if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message("fi_close(endpoint)", rc));
     for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, reason);
   }
 
@@ -304,9 +302,7 @@ class FabricEndpoint final : public Endpoint {
   // through the next lateness; a slower link raises it over a few completions.
   bool in_transfer() {
     auto lock = driving();
-    bool owed = !backlog_.empty();
-    for (FabricRequest* request : in_flight_) owed = owed || !request->abandoned;
-    if (!owed) return false;
+    if (backlog_.empty() && in_flight_.empty()) return false;
     const int64_t window = std::clamp<int64_t>(4 * completion_gap_ns_, kBusyWindowMin.count(), kBusyWindowMax.count());
     return now_ns() - last_activity_ns_ < window;
   }
@@ -321,6 +317,13 @@ class FabricEndpoint final : public Endpoint {
     last_activity_ns_ = now;
   }
 
+  // A refused close leaks what the object held (a domain with registrations left, an endpoint still bound): said,
+  // not thrown, as close() runs in the destructor. Null: nothing to close.
+  static void close_object(fid* object, const char* what) {
+    const int rc = object ? fi_close(object) : 0;
+    if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message(what, rc));
+  }
+
   // `peer`'s address in the address vector, inserted at its first use. Under driving().
   fi_addr_t peer_address(int peer) {
     fi_addr_t& address = peers_.at(static_cast<size_t>(peer));
@@ -329,7 +332,6 @@ class FabricEndpoint final : public Endpoint {
       if (fi_av_insert(av_, addresses_[static_cast<size_t>(peer)].data(), 1, &inserted, 0, nullptr) != 1)
         throw FabricError("fi_av_insert of rank " + std::to_string(peer) + "'s address failed");
       address = inserted;
-      ++inserted_;
     }
     return address;
   }
@@ -457,26 +459,17 @@ class FabricEndpoint final : public Endpoint {
 
   // Closes whatever is open, children before parents; safe on a partly opened endpoint.
   void close() {
-    if (ep_) {
-      const int rc = fi_close(&ep_->fid);
-      if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message("fi_close(endpoint)", rc));
-    }
-    // The closed endpoint completes nothing more: what it still held (abandoned by cancel_all) can go, and with it
-    // the registrations they held, before the cache and the domain.
+    close_object(ep_ ? &ep_->fid : nullptr, "fi_close(endpoint)");
+    // The closed endpoint completes nothing more: what it still held can go, and with it the registrations they
+    // held, before the cache and the domain.
     if (!in_flight_.empty())
       HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
     for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, "endpoint closed");
     mr_cache_.reset();  // registrations before the domain
-    // A refused close leaks what it held (a domain with registrations left, an endpoint still bound): said, not
-    // thrown, as this runs in the destructor.
-    auto closed = [](fid* object, const char* what) {
-      const int rc = object ? fi_close(object) : 0;
-      if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message(what, rc));
-    };
-    closed(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
-    closed(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
-    closed(domain_ ? &domain_->fid : nullptr, "fi_close(domain)");
-    closed(fabric_ ? &fabric_->fid : nullptr, "fi_close(fabric)");
+    close_object(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
+    close_object(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
+    close_object(domain_ ? &domain_->fid : nullptr, "fi_close(domain)");
+    close_object(fabric_ ? &fabric_->fid : nullptr, "fi_close(fabric)");
     if (info_) libfabric().freeinfo(info_);  // info_ exists only once libfabric loaded
     ep_ = nullptr;
     cq_ = nullptr;
@@ -563,10 +556,8 @@ class FabricEndpoint final : public Endpoint {
   void finish(FabricRequest* request, bool ok, const std::string& error) {
     in_flight_.erase(request);
     request->registration.reset();
-    if (!request->abandoned) {  // an abandoned request's waiters have had its failure already
-      if (!ok) request->error = error;
-      request->state.store(ok ? Request::State::kDone : Request::State::kFailed, std::memory_order_release);
-    }
+    if (!ok) request->error = error;
+    request->state.store(ok ? Request::State::kDone : Request::State::kFailed, std::memory_order_release);
     request->self.reset();  // may free the request: touch nothing after this
   }
 
@@ -627,6 +618,7 @@ class FabricEndpoint final : public Endpoint {
   static constexpr std::chrono::milliseconds kKeeperTickMin{1}, kKeeperTickMax{8};
   static constexpr std::chrono::nanoseconds kBusyWindowMin{std::chrono::milliseconds(2)};
   static constexpr std::chrono::nanoseconds kBusyWindowMax{std::chrono::milliseconds(100)};
+  static constexpr std::chrono::nanoseconds kFirstGap{kBusyWindowMax / 40};  // a first window of a tenth of the most
   static constexpr std::chrono::nanoseconds kGapFloor{std::chrono::microseconds(10)};  // keeps the average growable
   // How long a leaving rank keeps answering after its last activity: several of a reliable-datagram provider's first
   // retransmit intervals, for a peer whose last acknowledgement was lost.
@@ -650,16 +642,15 @@ class FabricEndpoint final : public Endpoint {
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
   uint32_t idle_polls_ = 0;
   // in_transfer()'s clock, under driving(): the last completion or post onto an idle endpoint, and the average gap
-  // between completions while requests were in flight (a first guess of 2.5 ms: a 10 ms window).
+  // between completions while requests were in flight (kFirstGap until a completion says otherwise).
   int64_t last_activity_ns_ = 0;
-  int64_t completion_gap_ns_ = 2500000;
+  int64_t completion_gap_ns_ = kFirstGap.count();
   bool needs_mr_ = false;
   uint64_t next_mr_key_ = 1;
   size_t rxm_buffer_bytes_ = 0;
   int my_rank_ = -1;
   std::vector<fi_addr_t> peers_;                 // FI_ADDR_NOTAVAIL until the first send to the rank (peer_address)
   std::vector<std::vector<uint8_t>> addresses_;  // every rank's address, as connect() got them
-  size_t inserted_ = 0;                          // addresses in the address vector
   std::unique_ptr<MrCache> mr_cache_;
   std::unordered_set<FabricRequest*> in_flight_;
   struct Pending {

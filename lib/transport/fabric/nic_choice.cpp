@@ -117,20 +117,22 @@ NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicReque
     }
     return near;
   };
+  std::vector<std::vector<size_t>> near_sets;
+  for (int local = 0; local < local_size; ++local) near_sets.push_back(near_set(local));
   // A NIC near none of the node's ranks (one rank bound to one socket of two) would sit idle: there, every rank
   // chooses among the whole pool, as bandwidth across the sockets' link outruns a NIC's.
   std::vector<bool> covered(pool.size(), false);
-  for (int local = 0; local < local_size; ++local) {
-    for (size_t i : near_set(local)) covered[i] = true;
+  for (const auto& near : near_sets) {
+    for (size_t i : near) covered[i] = true;
   }
-  const bool orphans = std::find(covered.begin(), covered.end(), false) != covered.end();
-  if (orphans) {
+  if (std::find(covered.begin(), covered.end(), false) != covered.end()) {
     for (auto& c : pool) c.nearness.clear();
+    for (int local = 0; local < local_size; ++local) near_sets[static_cast<size_t>(local)] = near_set(local);
   }
-  const std::vector<size_t> mine = near_set(request.local_rank);
+  const std::vector<size_t>& mine = near_sets[static_cast<size_t>(request.local_rank)];
   size_t position = 0, sharing = 0;
   for (int local = 0; local < local_size; ++local) {
-    if (near_set(local) != mine) continue;
+    if (near_sets[static_cast<size_t>(local)] != mine) continue;
     if (local < request.local_rank) ++position;
     ++sharing;
   }
