@@ -5,7 +5,8 @@
 //
 // Tag layout (64 bits):  [63..48] communicator context  [47] point-to-point  [46..32] sender's world rank
 //                        [31..16] operation sequence    [15..0] step within the operation
-// Point-to-point messages put the user's 32-bit tag in [31..0] instead.
+// Point-to-point messages put the user's 32-bit tag in [31..0] instead; their bit 47 is transport::kWholeMessageBit
+// (a receive may be posted larger than the message), which collective messages leave clear.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,7 +28,7 @@ inline Tag collective_tag(uint16_t context, int source, uint16_t sequence, uint1
          step;
 }
 inline Tag p2p_tag(uint16_t context, int source, uint32_t user_tag) {
-  return (static_cast<Tag>(context) << 48) | (Tag{1} << 47) | (static_cast<Tag>(source) << 32) | user_tag;
+  return (static_cast<Tag>(context) << 48) | transport::kWholeMessageBit | (static_cast<Tag>(source) << 32) | user_tag;
 }
 inline int tag_source(Tag tag) { return static_cast<int>((tag >> 32) & 0x7fff); }
 /// The bits of a p2p tag that hold the source rank: a receive from any source ignores them.

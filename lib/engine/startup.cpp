@@ -292,6 +292,7 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
   fabric.rxd_max_unacked = static_cast<size_t>(settings_.rxd_max_unacked);
+  fabric.stripe_min_bytes = static_cast<size_t>(settings_.stripe_min_bytes);
   std::unique_ptr<transport::Endpoint> endpoint = transport::open_endpoint(fabric);
   endpoint->connect(rank_, exchange_addresses(store, *endpoint));
   return endpoint;

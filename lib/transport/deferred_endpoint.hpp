@@ -53,7 +53,8 @@ class DeferredEndpoint final : public Endpoint {
   }
   std::shared_ptr<const void> pin(const void* buffer, size_t bytes) override;
   void forget(const void* buffer, size_t bytes) override;
-  void progress(std::chrono::microseconds max_block) override { opened().progress(max_block); }
+  bool progress(std::chrono::microseconds max_block) override { return opened().progress(max_block); }
+  WaitHint wait_hint() override { return opened().wait_hint(); }
   void wake() override;
   void cancel_all(const std::string& reason) override;
   void quiesce(std::chrono::milliseconds limit) override;

@@ -16,6 +16,12 @@ namespace hiercoll::transport {
 
 using Tag = uint64_t;
 
+/// Tags with this bit set are messages whose receive may be posted larger than what is sent (point-to-point work,
+/// receives from any source): an endpoint passes them whole. Without it, a receive names its peer and is posted for
+/// exactly the bytes sent (every collective's messages, algo/channel.hpp), so sender and receiver can cut a message
+/// the same way (StripedEndpoint).
+inline constexpr Tag kWholeMessageBit = Tag{1} << 47;
+
 /// State of one posted send or receive, shared by the poster and the endpoint until it completes.
 struct Request {
   enum class State { kPending, kDone, kFailed };
@@ -73,9 +79,21 @@ class Endpoint {
     (void)buffer;
     (void)bytes;
   }
-  /// Drives communication and completes requests; returns after at least one completion or `max_block`.
-  /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off.
-  virtual void progress(std::chrono::microseconds max_block) = 0;
+  /// Drives communication and completes requests; returns after at least one completion, a wake(), or `max_block`.
+  /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off. Returns
+  /// whether it completed anything or was woken (false: `max_block` passed with nothing to show).
+  virtual bool progress(std::chrono::microseconds max_block) = 0;
+
+  /// How a caller that drives several endpoints from one thread (StripedEndpoint) sleeps on this one once
+  /// progress(0) found nothing: until `fd` turns readable (-1: there is none), for at most `within` (zero: a transfer
+  /// is under way, poll again at once). Where `drain`, `fd` is an eventfd of the endpoint's that the caller reads
+  /// once it fired; otherwise the caller leaves it alone. Driver thread only.
+  struct WaitHint {
+    int fd = -1;
+    bool drain = false;
+    std::chrono::microseconds within = std::chrono::microseconds::max();
+  };
+  virtual WaitHint wait_hint() = 0;
   /// Makes a progress() blocked in another thread return now. Thread-safe; the one call an endpoint takes from a
   /// thread other than its driver's (the communicator halting, new work for a thread that sleeps in the endpoint).
   /// Lets waits block for long stretches instead of waking every few milliseconds to look at flags.
@@ -107,6 +125,9 @@ struct FabricOptions {
   size_t rxm_buffer_bytes = 16 << 10;  ///< RxM's eager size, libfabric's FI_OFI_RXM_BUFFER_SIZE (see eager_bytes()).
   size_t rxm_rx_buffers = 1024;  ///< RxM's posted receive buffers, libfabric's FI_OFI_RXM_MSG_RX_SIZE, where unset.
   size_t rxd_max_unacked = 16;   ///< RxD's send window per peer, libfabric's FI_OFI_RXD_MAX_UNACKED, where unset.
+  /// A collective message is cut over a rank's NICs where each part gets at least this much (HIERCOLL_STRIPE_MIN_BYTES,
+  /// striped_endpoint.hpp).
+  size_t stripe_min_bytes = 128 << 10;
 };
 
 /// Opens a libfabric FI_EP_RDM endpoint with tagged messaging.

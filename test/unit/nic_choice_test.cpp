@@ -347,8 +347,8 @@ TEST_CASE("every NIC of a p4d or p5 node is driven under contiguous, cyclic and 
 // rule and by the rule it replaced (local rank l on near[l % near.size()], one NIC per rank). Hidden: it prints.
 //   build/test/unit/hiercoll_unit_tests "[nic-table]"
 TEST_CASE("the placement table", "[.][nic-table]") {
-  std::printf("| node | placement | ranks per node | NICs chosen, by position | their first NICs | by local rank "
-              "(before) |\n");
+  std::printf("| node | placement | ranks per node | NICs in use, by position | NICs per rank (its stripe) | "
+              "by local rank (before) |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const auto& [name, node] : std::vector<std::pair<std::string, Node>>{{"p4d", kP4d}, {"p5", kP5}}) {
     const std::string path = "/tmp/hiercoll-nic-table-" + std::to_string(getpid()) + ".xml";
@@ -360,11 +360,14 @@ TEST_CASE("the placement table", "[.][nic-table]") {
     for (const auto& [placement_name, placement] : std::vector<std::pair<std::string, Placement>>{
              {"contiguous", Placement::kContiguous}, {"cyclic", Placement::kCyclic}, {"unbound", Placement::kUnbound}}) {
       for (int ranks : {8, 1}) {
-        std::set<std::string> now, first, before;
+        std::set<std::string> now, before;
+        std::set<size_t> stripes;
         for (const auto& mine : place(node, placement, ranks, false, path)) {
           now.insert(mine.begin(), mine.end());
-          first.insert(mine.front());
+          stripes.insert(mine.size());
         }
+        std::string stripe;
+        for (size_t k : stripes) stripe += (stripe.empty() ? "" : " or ") + std::to_string(k);
         // The old rule from the same near sets: the near NICs in order, local rank l takes l % their number.
         std::vector<hiercoll::topo::NicLocator> locators;
         std::vector<std::string> names;
@@ -385,8 +388,8 @@ TEST_CASE("the placement table", "[.][nic-table]") {
           before.insert(near[static_cast<size_t>(l) % near.size()]);
         }
         const int total = node.sockets * node.nics_per_socket;
-        std::printf("| %s (%d sockets, %d NICs) | %s | %d | %zu of %d | %zu | %zu |\n", name.c_str(), node.sockets,
-                    total, placement_name.c_str(), ranks, now.size(), total, first.size(), before.size());
+        std::printf("| %s (%d sockets, %d NICs) | %s | %d | %zu of %d | %s | %zu |\n", name.c_str(), node.sockets,
+                    total, placement_name.c_str(), ranks, now.size(), total, stripe.c_str(), before.size());
       }
     }
     std::remove(path.c_str());

@@ -32,6 +32,7 @@
 #include "transport/fabric/libfabric.hpp"
 #include "transport/fabric/provider_choice.hpp"
 #include "transport/mr_cache.hpp"
+#include "transport/striped_endpoint.hpp"
 #include "transport/transport.hpp"
 
 namespace hiercoll::transport {
@@ -75,7 +76,8 @@ struct FabricRequest : Request {
 
 class FabricEndpoint final : public Endpoint {
  public:
-  explicit FabricEndpoint(const FabricOptions& options) {
+  // Takes `info` (one domain's, dupinfo'd; freed by close()).
+  FabricEndpoint(const FabricOptions& options, fi_info* info, std::string why) : info_(info), nic_why_(std::move(why)) {
     // A constructor that throws runs no destructor: what was opened before the failing step is closed here.
     try {
       open(options);
@@ -147,18 +149,17 @@ class FabricEndpoint final : public Endpoint {
     return request;
   }
 
-  void progress(std::chrono::microseconds max_block) override {
+  bool progress(std::chrono::microseconds max_block) override {
     if (poll_once()) {
       idle_polls_ = 0;
-      return;
+      return true;
     }
-    if (max_block.count() <= 0) return;
+    if (max_block.count() <= 0) return false;
     if (cq_can_wait_) {
       int timeout_ms = static_cast<int>(std::max<int64_t>(1, max_block.count() / 1000));
-      drain_completions(&timeout_ms);
-      return;
+      return drain_completions(&timeout_ms) > 0 || woken_.exchange(false, std::memory_order_relaxed);
     }
-    wait_without_cq_object(max_block);
+    return wait_without_cq_object(max_block);
   }
 
   // Without a CQ wait object (EFA before libfabric 2.5, or HIERCOLL_FABRIC_CQ_WAIT=0) nothing in the provider can be
@@ -168,41 +169,50 @@ class FabricEndpoint final : public Endpoint {
   // yielding the core between polls, as aws-ofi-nccl polls while an operation is in flight; a pause there stalls the
   // sender's window for the pause's length (docs/cluster.md, udp before and after). Otherwise, after a few yields,
   // it sleeps on the wake eventfd for a pause that doubles while nothing completes (kIdlePauseMax at most, the cost of
-  // a late message): an idle rank, or one whose peer is late past the window, costs a poll per pause.
-  void wait_without_cq_object(std::chrono::microseconds max_block) {
+  // a late message): an idle rank, or one whose peer is late past the window, costs a poll per pause. The keeper
+  // writes the eventfd too when it completes something.
+  bool wait_without_cq_object(std::chrono::microseconds max_block) {
     const auto deadline = std::chrono::steady_clock::now() + max_block;
     for (;;) {
-      ++idle_polls_;
-      if (idle_polls_ <= kIdleYields || in_transfer()) {
+      const WaitHint hint = manual_wait_hint();
+      if (hint.within.count() == 0) {
         sched_yield();
       } else {
-        const uint32_t doublings = std::min<uint32_t>(idle_polls_ - kIdleYields, 16);
-        const auto pause = std::min(kIdlePauseMin * (1u << doublings), kIdlePauseMax);
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+        const auto us = std::max<int64_t>(0, std::min(hint.within, left).count());
         timespec ts{};
-        const auto us = std::max<int64_t>(0, std::min(pause, left).count());
         ts.tv_sec = static_cast<time_t>(us / 1000000);
         ts.tv_nsec = static_cast<long>((us % 1000000) * 1000);
         pollfd fd{wake_fd_.get(), POLLIN, 0};
         if (ppoll(&fd, 1, &ts, nullptr) > 0) {
-          uint64_t count;
-          if (::read(wake_fd_.get(), &count, sizeof count) < 0) {
-          }  // drained; a failed read leaves it readable, which only makes the next pause end at once
-          return;  // woken (halt, new work): the caller looks at its flags
+          drain_wake_fd();
+          return true;  // woken (halt, new work, the keeper's completions): the caller looks at its flags
         }
       }
       if (poll_once()) {
         idle_polls_ = 0;
-        return;
+        return true;
       }
-      if (std::chrono::steady_clock::now() >= deadline) return;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
     }
+  }
+
+  // With a CQ wait object: its fd where the provider offers one (FI_WAIT_FD), to sleep on once fi_trywait says
+  // nothing is pending that the fd would miss. Without one: the manual path's pause.
+  WaitHint wait_hint() override {
+    if (!cq_can_wait_ || cq_fd_ < 0) return manual_wait_hint();
+    WaitHint hint;
+    hint.fd = cq_fd_;
+    fid* cq = &cq_->fid;
+    if (fi_trywait(fabric_, &cq, 1) != 0) hint.within = std::chrono::microseconds(0);
+    return hint;
   }
 
   // fi_cq_signal is libfabric's one call meant for another thread: it ends a blocked fi_cq_sread. Without a wait
   // object the wait sleeps on an eventfd instead, which this ends.
   void wake() override {
     if (cq_can_wait_) {
+      woken_.store(true, std::memory_order_relaxed);
       fi_cq_signal(cq_);
     } else {
       const uint64_t one = 1;
@@ -307,6 +317,29 @@ class FabricEndpoint final : public Endpoint {
     return now_ns() - last_activity_ns_ < window;
   }
 
+  // The no-wait-object path's next sleep: none while a transfer is under way or for the first kIdleYields polls of a
+  // wait, then a pause that doubles while nothing completes (wait_without_cq_object says why). Each call counts as a
+  // poll that found nothing; a completion (poll_once) starts the count again.
+  WaitHint manual_wait_hint() {
+    WaitHint hint;
+    hint.fd = wake_fd_.get();
+    hint.drain = true;
+    ++idle_polls_;
+    if (idle_polls_ <= kIdleYields || in_transfer()) {
+      hint.within = std::chrono::microseconds(0);
+    } else {
+      const uint32_t doublings = std::min<uint32_t>(idle_polls_ - kIdleYields, 16);
+      hint.within = std::min(kIdlePauseMin * (1u << doublings), kIdlePauseMax);
+    }
+    return hint;
+  }
+
+  void drain_wake_fd() {
+    uint64_t count;
+    if (::read(wake_fd_.get(), &count, sizeof count) < 0) {
+    }  // already drained; a failed read leaves it readable, which only makes the next pause end at once
+  }
+
   // Under driving(): a completion read while requests were in flight is a gap sample.
   void note_completions(bool were_owed) {
     const int64_t now = now_ns();
@@ -390,12 +423,8 @@ class FabricEndpoint final : public Endpoint {
   }
 
   void open(const FabricOptions& options) {
-    size_provider_buffers(options.rxm_rx_buffers, options.rxd_max_unacked);  // before the process's first fi_getinfo
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
-    ProviderChoice chosen = choose_provider(options);
-    info_ = chosen.info;
-    nic_why_ = std::move(chosen.why);
     check_fi("fi_fabric", libfabric().fabric(info_->fabric_attr, &fabric_, nullptr));
     check_fi("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
 
@@ -411,14 +440,24 @@ class FabricEndpoint final : public Endpoint {
     // calls, and a rank asleep in the wait object makes none, so a lost acknowledgement stalls the sender (commit
     // ecff805). EFA before libfabric 2.5 has no wait object anyway (fi_cq_open fails), and HIERCOLL_FABRIC_CQ_WAIT=0
     // asks for none, so that that path is tested everywhere.
-    cq_attr.wait_obj = FI_WAIT_UNSPEC;
     // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses both
     // the message and its own timeout, leaving start-up stuck past the communicator's timeout (commit ecff805).
     manual_control_ = manual_control_progress(*info_->domain_attr);
     const bool sread_works = !manual_control_ && provider() != "shm";
-    if (options.cq_wait && sread_works && fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
-      cq_can_wait_ = true;
-    } else {
+    // An fd first (FI_WAIT_FD), which a striped endpoint sleeps on beside its other rails' (wait_hint); else whatever
+    // wait object the provider has, which fi_cq_sread alone sleeps in.
+    if (options.cq_wait && sread_works) {
+      cq_attr.wait_obj = FI_WAIT_FD;
+      if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
+        int fd = -1;
+        if (fi_control(&cq_->fid, FI_GETWAIT, &fd) == 0) cq_fd_ = fd;
+      } else {
+        cq_attr.wait_obj = FI_WAIT_UNSPEC;
+        if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) != 0) cq_ = nullptr;
+      }
+      cq_can_wait_ = cq_ != nullptr;
+    }
+    if (!cq_can_wait_) {
       cq_attr.wait_obj = FI_WAIT_NONE;
       check_fi("fi_cq_open", fi_cq_open(domain_, &cq_attr, &cq_, nullptr));
     }
@@ -640,6 +679,8 @@ class FabricEndpoint final : public Endpoint {
   bool keeper_stop_ = false;  // under keeper_mutex_
   std::thread keeper_;
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
+  int cq_fd_ = -1;          // the CQ's wait fd (FI_WAIT_FD), where cq_can_wait_ and the provider offers one
+  std::atomic<bool> woken_{false};  // wake() during fi_cq_sread
   uint32_t idle_polls_ = 0;
   // in_transfer()'s clock, under driving(): the last completion or post onto an idle endpoint, and the average gap
   // between completions while requests were in flight (kFirstGap until a completion says otherwise).
@@ -663,8 +704,19 @@ class FabricEndpoint final : public Endpoint {
 
 }  // namespace
 
+// One FabricEndpoint per NIC of the rank's share, under a StripedEndpoint (striped_endpoint.hpp) even where the share
+// is one NIC: every rank's published address then has the same form, whatever share its peers took.
 std::unique_ptr<Endpoint> open_fabric_endpoint(const FabricOptions& options) {
-  return std::make_unique<FabricEndpoint>(options);
+  size_provider_buffers(options.rxm_rx_buffers, options.rxd_max_unacked);  // before the process's first fi_getinfo
+  ProviderChoice chosen = choose_provider(options);
+  std::vector<std::unique_ptr<Endpoint>> rails;
+  for (size_t i = 0; i < chosen.infos.size(); ++i) {
+    fi_info* info = chosen.infos[i];
+    chosen.infos[i] = nullptr;  // the endpoint's now, also when its constructor throws
+    rails.push_back(std::make_unique<FabricEndpoint>(options, info, i == 0 ? chosen.why : "the share's NIC " +
+                                                                                             std::to_string(i + 1)));
+  }
+  return std::make_unique<StripedEndpoint>(std::move(rails), options.stripe_min_bytes);
 }
 
 }  // namespace hiercoll::transport

@@ -52,7 +52,8 @@ constexpr int kShmMostRanks = 256;
 
 // The NIC (libfabric domain) this rank opens: nic_choice.hpp's rule over the provider's domains. Of one domain's
 // infos the IPv4 one where there is one, so that the published address names a host the others can reach.
-fi_info* choose_domain(const std::vector<fi_info*>& infos, const FabricOptions& options, std::string& why) {
+std::vector<fi_info*> choose_domains(const std::vector<fi_info*>& infos, const FabricOptions& options,
+                                     std::string& why) {
   std::vector<NicCandidate> candidates;
   std::vector<topo::NicLocator> locators;
   std::vector<std::string> loopbacks;
@@ -98,17 +99,19 @@ fi_info* choose_domain(const std::vector<fi_info*>& infos, const FabricOptions& 
   request.across_nodes = options.across_nodes;
   const NicChoice choice = choose_nic(candidates, request);
   why = choice.why;
-  if (choice.domains.size() > 1) {
-    // Striping one rank's traffic over several NICs is not built yet: the first of its share carries it.
-    why += "; its share is " + std::to_string(choice.domains.size()) + " NICs, of which it drives the first";
+  if (choice.domains.size() > 1) why += "; it stripes over " + std::to_string(choice.domains.size()) + " NICs";
+  std::vector<fi_info*> chosen;
+  for (const std::string& domain : choice.domains) {
+    fi_info* first = nullptr;
+    fi_info* ipv4 = nullptr;
+    for (fi_info* info : infos) {
+      if (!info->domain_attr->name || domain != info->domain_attr->name) continue;
+      if (!first) first = info;
+      if (!ipv4 && info->addr_format == FI_SOCKADDR_IN) ipv4 = info;
+    }
+    chosen.push_back(ipv4 ? ipv4 : first);
   }
-  fi_info* first = nullptr;
-  for (fi_info* info : infos) {
-    if (!info->domain_attr->name || choice.domain != info->domain_attr->name) continue;
-    if (!first) first = info;
-    if (info->addr_format == FI_SOCKADDR_IN) return info;
-  }
-  return first;
+  return chosen;
 }
 
 // An EFA device the efa provider cannot open (a container without /dev/infiniband, a libfabric built without it)
@@ -158,6 +161,12 @@ void size_provider_buffers(size_t rxm_rx_buffers, size_t rxd_max_unacked) {
   });
 }
 
+ProviderChoice::~ProviderChoice() {
+  for (fi_info* info : infos) {
+    if (info) libfabric().freeinfo(info);
+  }
+}
+
 ProviderChoice choose_provider(const FabricOptions& options) {
   const Libfabric& lib = libfabric();
   std::vector<std::string> providers;
@@ -203,9 +212,10 @@ ProviderChoice choose_provider(const FabricOptions& options) {
     }
     // shm has one domain and no NIC: HIERCOLL_FABRIC_IFACE, which names NICs, has nothing to choose there.
     ProviderChoice choice;
-    fi_info* chosen = name == "shm" ? usable.front() : choose_domain(usable, options, choice.why);
+    const std::vector<fi_info*> chosen =
+        name == "shm" ? std::vector<fi_info*>{usable.front()} : choose_domains(usable, options, choice.why);
     if (name == "tcp" && options.provider.empty()) warn_if_efa_unused();
-    choice.info = lib.dupinfo(chosen);
+    for (fi_info* info : chosen) choice.infos.push_back(lib.dupinfo(info));
     return choice;
   }
   throw FabricError("no usable libfabric provider for FI_EP_RDM + FI_TAGGED; tried: " + tried +

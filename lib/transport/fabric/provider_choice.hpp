@@ -8,14 +8,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "transport/transport.hpp"
 
 namespace hiercoll::transport {
 
 struct ProviderChoice {
-  fi_info* info = nullptr;  ///< the caller's: libfabric().freeinfo it
-  std::string why;          ///< why this NIC (for the start-up log); "" on shm, which has none
+  /// One info per NIC the rank takes, in its stripe's order (nic_choice.hpp's NicChoice::domains); a caller that
+  /// takes one sets its entry to null, and the destructor frees the rest.
+  std::vector<fi_info*> infos;
+  std::string why;  ///< why these NICs (for the start-up log); "" on shm, which has none
+
+  ProviderChoice() = default;
+  ProviderChoice(const ProviderChoice&) = delete;
+  ProviderChoice& operator=(const ProviderChoice&) = delete;
+  ProviderChoice(ProviderChoice&& other) noexcept : infos(std::move(other.infos)), why(std::move(other.why)) {
+    other.infos.clear();
+  }
+  ~ProviderChoice();
 };
 
 /// Throws FabricError naming every provider tried when none is usable (or where libfabric cannot be loaded:

@@ -1,8 +1,11 @@
 #include "transport/memory/memory_fabric.hpp"
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -41,7 +44,24 @@ struct Box {
   Matching matching;
   uint64_t events = 0;
   bool dead = false;
+  // An eventfd written beside every notification, for an owner that sleeps in ppoll beside other endpoints
+  // (Endpoint::wait_hint); made by the first wait_hint(), -1 until then.
+  std::atomic<int> event_fd{-1};
+  ~Box() {
+    if (event_fd.load() >= 0) ::close(event_fd.load());
+  }
 };
+
+// Tells a waiting owner of `b` to look again; after `b.events` changed, without its lock.
+void notify(Box& b) {
+  b.cv.notify_all();
+  const int fd = b.event_fd.load(std::memory_order_acquire);
+  if (fd >= 0) {
+    const uint64_t one = 1;
+    if (::write(fd, &one, sizeof one) < 0) {
+    }  // saturated: a wake is pending anyway
+  }
+}
 
 // What the endpoints of one fabric share: the fault injection's random delays and the order they keep, and the
 // message count. An endpoint's peers are its boxes, indexed by rank; the wire knows nothing of them.
@@ -77,7 +97,7 @@ void wake_box(Box& b) {
     std::lock_guard<std::mutex> lock(b.mutex);
     ++b.events;
   }
-  b.cv.notify_all();
+  notify(b);
 }
 
 // Delivers the due messages in `b` (locked by the caller): into a matching receive, else kept as unexpected.
@@ -117,7 +137,7 @@ void kill_box(Box& b, const std::string& why) {
     b.matching.unexpected.clear();
     ++b.events;
   }
-  b.cv.notify_all();
+  notify(b);
 }
 
 // Takes back `source`'s messages still on their way to `b`; their sends fail with `why`.
@@ -186,7 +206,7 @@ class MemoryEndpoint : public Endpoint {
       senders = deliver_due(b, Clock::now());
       ++b.events;
     }
-    b.cv.notify_all();
+    notify(b);
     wake_senders(senders);
     return request;
   }
@@ -211,9 +231,10 @@ class MemoryEndpoint : public Endpoint {
 
   void wake() override { wake_box(*own_); }
 
-  void progress(std::chrono::microseconds max_block) override {
+  bool progress(std::chrono::microseconds max_block) override {
     Box& b = *own_;
     std::vector<int> senders;
+    bool any = false;
     {
       std::unique_lock<std::mutex> lock(b.mutex);
       const uint64_t seen = b.events;
@@ -222,13 +243,37 @@ class MemoryEndpoint : public Endpoint {
         auto now = Clock::now();
         auto woken = deliver_due(b, now);
         senders.insert(senders.end(), woken.begin(), woken.end());
-        if (b.events != seen || now >= give_up) break;
+        if (b.events != seen || now >= give_up) {
+          any = b.events != seen;
+          break;
+        }
         auto until = give_up;
         for (const Message& m : b.in_flight) until = std::min(until, m.due);
         b.cv.wait_until(lock, until);
       }
     }
     wake_senders(senders);
+    return any;
+  }
+
+  // The box's eventfd, and the time until the next delayed message is due.
+  WaitHint wait_hint() override {
+    Box& b = *own_;
+    std::lock_guard<std::mutex> lock(b.mutex);
+    if (b.event_fd.load() < 0) {
+      const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (fd < 0) throw SystemError(std::string("memory fabric: eventfd: ") + std::strerror(errno));
+      b.event_fd.store(fd, std::memory_order_release);
+    }
+    WaitHint hint;
+    hint.fd = b.event_fd.load();
+    hint.drain = true;
+    const auto now = Clock::now();
+    for (const Message& m : b.in_flight) {
+      const auto until_due = std::chrono::ceil<std::chrono::microseconds>(std::max(m.due - now, Clock::duration::zero()));
+      hint.within = std::min(hint.within, until_due);
+    }
+    return hint;
   }
 
   void cancel_all(const std::string& reason) override {

@@ -167,19 +167,27 @@ class UnixEndpoint final : public Endpoint {
     return request;
   }
 
-  void progress(std::chrono::microseconds max_block) override {
+  bool progress(std::chrono::microseconds max_block) override {
     const uint64_t before = completions_;
-    poll_events(0);
-    if (completions_ != before || max_block.count() <= 0) return;
+    const bool woken = poll_events(0);
+    if (woken || completions_ != before || max_block.count() <= 0) return woken || completions_ != before;
     const auto deadline = std::chrono::steady_clock::now() + max_block;
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return;
+      if (left.count() <= 0) return false;
       // A connection refused for a full backlog is tried again within the millisecond.
       const int64_t ms = retrying_ ? 1 : std::max<int64_t>(1, (left.count() + 999) / 1000);
-      if (poll_events(static_cast<int>(ms))) return;  // woken
-      if (completions_ != before) return;
+      if (poll_events(static_cast<int>(ms))) return true;  // woken
+      if (completions_ != before) return true;
     }
+  }
+
+  // The epoll descriptor is readable while any socket it watches is; a connect retried within the millisecond.
+  WaitHint wait_hint() override {
+    WaitHint hint;
+    hint.fd = epoll_.get();
+    if (retrying_) hint.within = std::chrono::microseconds(1000);
+    return hint;
   }
 
   void wake() override {
