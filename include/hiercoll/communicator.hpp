@@ -183,9 +183,17 @@ class HIERCOLL_API Communicator {
   const Layout& layout() const;
   /// The figures and sizes this communicator's schedules were chosen with (see Tuning).
   Tuning tuning() const;
-  /// The NIC (libfabric domain) this rank's network endpoint runs on, e.g. "eth1" or "rdmap16s27-rdm": local rank l
-  /// of every node takes the l-th of the node's NICs, modulo their number (HIERCOLL_FABRIC_IFACE, docs/cluster.md).
+  /// The NIC (libfabric domain) this rank's network endpoint runs on, e.g. "eth1" or "rdmap16s27-rdm", or its NICs
+  /// comma-separated where it stripes over several (docs/design.md, "Which NIC" and "Striping").
   std::string fabric_nic() const;
+  /// Memory registrations of this rank's network endpoint, where its provider registers memory (EFA, verbs, or
+  /// HIERCOLL_FABRIC_FORCE_MR=1; zero elsewhere): how many were made since create, and how many are held now (the
+  /// communicator's own buffers, and those of the operations running). Thread-safe.
+  struct Registrations {
+    uint64_t made = 0;
+    uint64_t held = 0;
+  };
+  Registrations fabric_registrations() const;
   /// The flight recorder: this rank's last collectives (HIERCOLL_FLIGHT_ENTRIES of them) as a JSON object with
   /// sequence number, operation, state (queued, running, done, failed), the thread that ran it ("caller": the
   /// calling thread, as small node-local collectives are run; "progress": the communicator's progress thread) and

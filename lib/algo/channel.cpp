@@ -22,8 +22,7 @@ void* Scratch::get(size_t bytes, int which) {
 }
 
 void Scratch::release(Buffer& buffer) {
-  buffer.pinned.reset();
-  if (endpoint_ && buffer.data) endpoint_->forget(buffer.data, buffer.bytes);
+  buffer.pinned.reset();  // its registration goes with it: no operation runs on the buffer while it is replaced
   std::free(buffer.data);
   buffer.data = nullptr;
   buffer.bytes = 0;

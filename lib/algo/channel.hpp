@@ -46,7 +46,7 @@ class Scratch {
   /// A buffer of at least `bytes`, 64-byte aligned; `which` selects one of several independent buffers.
   void* get(size_t bytes, int which = 0);
   /// Registers every buffer with `endpoint` where its provider needs registered memory (Endpoint::pin), once per
-  /// allocation, instead of every message's piece of it; the endpoint must outlive this Scratch.
+  /// allocation and for its life, instead of every message's piece of it; the endpoint must outlive this Scratch.
   void pin_with(transport::Endpoint* endpoint) { endpoint_ = endpoint; }
   ~Scratch();
 

@@ -37,7 +37,6 @@ const std::vector<Knob>& knobs() {
       {"HIERCOLL_SOCKET_IFNAME", ""},
       {"HIERCOLL_FABRIC_FORCE_MR", "0"},
       {"HIERCOLL_FABRIC_CQ_WAIT", "1"},
-      {"HIERCOLL_MR_CACHE_ENTRIES", "64"},
       {"HIERCOLL_STRIPE_MIN_BYTES", "128K"},
       {"FI_OFI_RXM_BUFFER_SIZE", "16K"},
       {"FI_OFI_RXM_MSG_RX_SIZE", "1024"},
@@ -159,7 +158,6 @@ Settings read(bool use_env) {
   s.socket_ifname = r.text("HIERCOLL_SOCKET_IFNAME");
   s.fabric_force_mr = r.flag("HIERCOLL_FABRIC_FORCE_MR");
   s.fabric_cq_wait = r.flag("HIERCOLL_FABRIC_CQ_WAIT");
-  s.mr_cache_entries = static_cast<uint64_t>(r.integer("HIERCOLL_MR_CACHE_ENTRIES", 0));
   s.stripe_min_bytes = r.bytes("HIERCOLL_STRIPE_MIN_BYTES", 1);
   s.rxm_buffer_bytes = r.bytes("FI_OFI_RXM_BUFFER_SIZE", 1);
   s.rxm_rx_buffers = static_cast<uint64_t>(r.integer("FI_OFI_RXM_MSG_RX_SIZE", 1));

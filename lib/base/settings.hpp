@@ -53,7 +53,6 @@ struct Settings {
   uint64_t rxm_buffer_bytes = 0;  ///< FI_OFI_RXM_BUFFER_SIZE, libfabric's own: RxM's eager size (read, never set)
   uint64_t rxm_rx_buffers = 0;    ///< FI_OFI_RXM_MSG_RX_SIZE, libfabric's own: RxM's posted receive buffers (set where unset)
   uint64_t rxd_max_unacked = 0;   ///< FI_OFI_RXD_MAX_UNACKED, libfabric's own: RxD's send window per peer (set where unset)
-  uint64_t mr_cache_entries = 0;  ///< HIERCOLL_MR_CACHE_ENTRIES
   uint64_t stripe_min_bytes = 0;  ///< HIERCOLL_STRIPE_MIN_BYTES: the smallest part of a message cut over NICs
   uint64_t flight_entries = 0;    ///< HIERCOLL_FLIGHT_ENTRIES: collectives the flight recorder keeps
   std::string flight_dump;        ///< HIERCOLL_FLIGHT_DUMP: directory for the record on a failure; "": none

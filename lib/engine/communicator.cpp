@@ -132,6 +132,10 @@ std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers)
 const Layout& Communicator::layout() const { return impl_->layout(); }
 Tuning Communicator::tuning() const { return impl_->tuning(); }
 std::string Communicator::fabric_nic() const { return impl_->fabric_nic(); }
+Communicator::Registrations Communicator::fabric_registrations() const {
+  const transport::Endpoint::MrStats stats = impl_->fabric_registrations();
+  return {stats.made, stats.held};
+}
 std::string Communicator::flight_record() const { return impl_->flight_record(); }
 
 Communicator Communicator::from_env(CommOptions options) {

@@ -163,7 +163,28 @@ algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue,
     for (const auto& key : keys) handles.push_back(store_->get(key));
     return handles;
   };
-  return path.node_memory(layout_.local_rank, layout_.local_size, hierarchy_.rail.size() > 1, exchange);
+  algo::NodeMemory& memory =
+      path.node_memory(layout_.local_rank, layout_.local_size, hierarchy_.rail.size() > 1, exchange);
+  if (!device_memory_pinned_) {
+    pin_node_memory(memory, false);
+    device_memory_pinned_ = true;
+  }
+  return memory;
+}
+
+void CommunicatorImpl::pin_node_memory(const algo::NodeMemory& memory, bool areas) {
+  if (areas && memory.peers != nullptr) {
+    for (int slot = 0; slot < algo::kHierBufferSets; ++slot) {
+      if (auto pinned = endpoint_->pin(memory.peers->area(slot, layout_.local_rank), memory.peers->area_bytes()))
+        node_pins_.push_back(std::move(pinned));
+    }
+  }
+  if (memory.network_staging[0] != nullptr && memory.peers != nullptr) {
+    const size_t bytes = algo::network_staging_bytes(memory.peers->area_bytes(), layout_.local_size);
+    for (uint8_t* staging : memory.network_staging) {
+      if (auto pinned = endpoint_->pin(staging, bytes)) node_pins_.push_back(std::move(pinned));
+    }
+  }
 }
 
 }  // namespace hiercoll::engine

@@ -71,6 +71,10 @@ class CommunicatorImpl {
   /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); caller's thread, in
   /// a DeviceIssue.
   algo::NodeMemory& device_node_memory(const algo::Issue& issue, gpu::DevicePath& path);
+  /// Pins (Endpoint::pin) what of `memory` the network phase sends from or receives into, for the communicator's
+  /// life: this rank's shared areas where `areas` (host memory; a device path's are GPU memory, which the network
+  /// reaches through the staging buffers), and the network staging buffers. Driver thread.
+  void pin_node_memory(const algo::NodeMemory& memory, bool areas);
   /// Posts a point-to-point request on the progress thread; the Work completes with the request.
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
@@ -97,6 +101,7 @@ class CommunicatorImpl {
     return t;
   }
   std::string fabric_nic() const { return endpoint_->domain(); }
+  transport::Endpoint::MrStats fabric_registrations() const { return endpoint_->mr_stats(); }
   /// The flight recorder's JSON (see flight_recorder.hpp).
   std::string flight_record() const { return flight_.json(instance_, rank_, size_); }
   algo::Hierarchy& hierarchy() { return hierarchy_; }
@@ -236,6 +241,10 @@ class CommunicatorImpl {
   transport::DeferredEndpoint* deferred_ = nullptr;  // endpoint_, where it opens after create (open_deferred())
   std::atomic<bool> endpoint_open_{false};         // halt() (the peer watch's thread) may wake it from then on
   algo::Scratch scratch_;
+  // Registrations of the node's memory that the network phase reads and writes (its shared areas, the staging
+  // buffers), held for their life: pin_node_memory(). Released before the endpoint closes and before the memory goes.
+  std::vector<std::shared_ptr<const void>> node_pins_;
+  bool device_memory_pinned_ = false;  // the device path's staging buffers, pinned at their first use
 
   std::mutex mutex_;
   std::condition_variable queue_cv_;

@@ -260,6 +260,7 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     endpoint_ = std::move(deferred);
   } else {
     endpoint_ = open_endpoint(store);
+    if (layout_.node_count > 1) pin_node_memory(host_memory_, true);
     fit_chunks_to_provider();
     refit_model();  // the network's messages are the chunks now fitted (the probe, if it runs, refits again)
   }
@@ -288,7 +289,6 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
   fabric.across_nodes = layout_.node_count > 1;
   fabric.cq_wait = settings_.fabric_cq_wait;
   fabric.force_mr = settings_.fabric_force_mr;
-  fabric.mr_cache_entries = static_cast<size_t>(settings_.mr_cache_entries);
   fabric.rxm_buffer_bytes = static_cast<size_t>(settings_.rxm_buffer_bytes);
   fabric.rxm_rx_buffers = static_cast<size_t>(settings_.rxm_rx_buffers);
   fabric.rxd_max_unacked = static_cast<size_t>(settings_.rxd_max_unacked);

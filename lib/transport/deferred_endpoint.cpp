@@ -42,13 +42,9 @@ void DeferredEndpoint::join() {
 
 std::shared_ptr<const void> DeferredEndpoint::pin(const void* buffer, size_t bytes) {
   // Not open yet: the buffer goes unregistered, and where the provider needs registration each request registers its
-  // own piece (the MR cache's fallback), as for any buffer nobody pinned.
+  // own piece for as long as it runs, as for any buffer nobody pinned.
   Endpoint* endpoint = ready();
   return endpoint ? endpoint->pin(buffer, bytes) : nullptr;
-}
-
-void DeferredEndpoint::forget(const void* buffer, size_t bytes) {
-  if (Endpoint* endpoint = ready()) endpoint->forget(buffer, bytes);
 }
 
 void DeferredEndpoint::wake() {

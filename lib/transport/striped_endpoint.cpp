@@ -203,8 +203,14 @@ std::shared_ptr<const void> StripedEndpoint::pin(const void* buffer, size_t byte
   return pins;
 }
 
-void StripedEndpoint::forget(const void* buffer, size_t bytes) {
-  for (auto& rail : rails_) rail->forget(buffer, bytes);
+Endpoint::MrStats StripedEndpoint::mr_stats() const {
+  MrStats sum;
+  for (const auto& rail : rails_) {
+    const MrStats one = rail->mr_stats();
+    sum.made += one.made;
+    sum.held += one.held;
+  }
+  return sum;
 }
 
 bool StripedEndpoint::progress(std::chrono::microseconds max_block) {

@@ -66,19 +66,21 @@ class Endpoint {
   /// in every bit not set in `ignore`.
   virtual RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) = 0;
   /// Where the provider needs registered memory: registers [buffer, buffer + bytes) (whole pages) for the requests
-  /// about to use it, which then find it instead of registering each its own piece; held by the result, which the
-  /// caller keeps while the operation runs. Null where nothing needs registering. Driver thread only.
+  /// about to use it, which then find it instead of registering each its own piece; it lives while the result is
+  /// held (and while requests use it), which the caller keeps while the operation runs, or for as long as the buffer
+  /// lives for a buffer of its own. Null where nothing needs registering. Driver thread only.
   virtual std::shared_ptr<const void> pin(const void* buffer, size_t bytes) {
     (void)buffer;
     (void)bytes;
     return nullptr;
   }
-  /// `buffer` is about to be freed: registrations of its memory are dropped (once no request holds them), so
-  /// that memory mapped there later is registered afresh. Driver thread only.
-  virtual void forget(const void* buffer, size_t bytes) {
-    (void)buffer;
-    (void)bytes;
-  }
+  /// Memory registrations (mr_registry.hpp) made since the endpoint opened and held now; zero where the provider
+  /// registers nothing. Thread-safe.
+  struct MrStats {
+    uint64_t made = 0;
+    uint64_t held = 0;
+  };
+  virtual MrStats mr_stats() const { return {}; }
   /// Drives communication and completes requests; returns after at least one completion, a wake(), or `max_block`.
   /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off. Returns
   /// whether it completed anything or was woken (false: `max_block` passed with nothing to show).
@@ -121,7 +123,6 @@ struct FabricOptions {
   bool across_nodes = false;    ///< false: every rank on one node, loopback will do
   bool cq_wait = true;          ///< HIERCOLL_FABRIC_CQ_WAIT: false opens the CQ without a wait object
   bool force_mr = false;  ///< Register memory even if the provider does not require it (HIERCOLL_FABRIC_FORCE_MR).
-  size_t mr_cache_entries = 64;  ///< Memory-registration cache capacity (HIERCOLL_MR_CACHE_ENTRIES, 0 disables).
   size_t rxm_buffer_bytes = 16 << 10;  ///< RxM's eager size, libfabric's FI_OFI_RXM_BUFFER_SIZE (see eager_bytes()).
   size_t rxm_rx_buffers = 1024;  ///< RxM's posted receive buffers, libfabric's FI_OFI_RXM_MSG_RX_SIZE, where unset.
   size_t rxd_max_unacked = 16;   ///< RxD's send window per peer, libfabric's FI_OFI_RXD_MAX_UNACKED, where unset.

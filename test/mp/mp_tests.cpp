@@ -44,7 +44,7 @@ LaunchOptions loopback(std::map<std::string, std::string> extra = {}) {
 
 }  // namespace
 
-TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][allreduce][quick][slow]") {
+TEST_CASE("allreduce equals the serial reference for every type and op", "[mp][allreduce][quick][slow][matrix]") {
   // One rank has no algorithm to force: only "auto" there.
   const auto [ranks, algo] = GENERATE(table<int, std::string>({{1, "auto"},
                                                                 {2, "auto"}, {2, "ring"}, {2, "rd"},
@@ -86,7 +86,7 @@ std::vector<std::pair<Shape, std::string>> layout_matrix() {
   return runs;
 }
 
-TEST_CASE("hierarchical allreduce equals the serial reference on emulated node layouts", "[mp][hier][slow]") {
+TEST_CASE("hierarchical allreduce equals the serial reference on emulated node layouts", "[mp][hier][slow][matrix]") {
   const auto [shape, algo] = GENERATE(from_range(layout_matrix()));
   auto options =
       loopback({{"HIERCOLL_ALGO", algo}, {"HIERCOLL_SHM_PIECE_BYTES", "64K"}, {"HIERCOLL_CHUNK_BYTES", "16K"}});
@@ -309,6 +309,27 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
   SegmentWatch segments;
   segments.add(result);
   CHECK(segments.left() == 0);
+}
+
+// Registrations follow their pages (mp_worker.cpp's mr-pages): under HIERCOLL_FABRIC_FORCE_MR, a buffer unmapped and
+// mapped again at its address is registered anew, no call leaves its buffer's registration held, and each makes a
+// handful, not one per message: through the ring (tcp's 16 KB messages between the emulated nodes, udp's), and through
+// the hierarchical allreduce's staged network phase (HIERCOLL_NET_STAGING: the staging buffers pinned once).
+TEST_CASE("registrations follow their pages", "[mp][fabric]") {
+  const auto [provider, algo, staging] = GENERATE(table<std::string, std::string, std::string>(
+      {{"tcp", "ring", "0"}, {"tcp", "hier", "1"}, {"udp", "ring", "0"}}));
+  auto options = loopback({{"HIERCOLL_FABRIC_PROVIDER", provider}, {"HIERCOLL_ALGO", algo},
+                           {"HIERCOLL_NET_STAGING", staging}, {"HIERCOLL_FABRIC_FORCE_MR", "1"},
+                           {"HIERCOLL_TIMEOUT_MS", "60000"}});
+  options.node_of = {0, 0, 1, 1};
+  options.timeout = std::chrono::seconds(120);
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"mr-pages"}, options);
+  INFO(provider << " " << algo << " staging " << staging << "\n" << result.report());
+  CHECK_FALSE(result.timed_out);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(result.ranks[r].output.find("mr-pages: 0 mismatches") != std::string::npos);
+  }
 }
 
 // A survivor's buffers are its own again the moment the error returns: unmapped and mapped afresh at once, nothing

@@ -246,6 +246,73 @@ void run_die(Communicator& comm) {
   }
 }
 
+// Registrations follow their pages (run under HIERCOLL_FABRIC_FORCE_MR=1): allreduces in place on an mmap'd buffer,
+// then the buffer unmapped and fresh memory mapped at the same address, and allreduces there again. Every call's
+// result against the serial reference; every call makes at most kMostPerCall registrations (the operation's own pins,
+// not one per message); once a call returned none of its buffer's is held (what the communicator holds is what it
+// held after the first call: its scratch and staging buffers); and the first call on the new pages registers them
+// anew (a registration kept from before would name the old pages).
+void run_mr_pages(Communicator& comm) {
+  constexpr uint64_t kMostPerCall = 4;
+  const size_t count = std::getenv("HIERCOLL_TEST_LARGE_BYTES") ? 1u << 20 : 4u << 20;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = (count * sizeof(float) + page - 1) / page * page;
+  if (comm.fabric_registrations().made == 0) {
+    std::printf("MISMATCH: no registrations at all (is HIERCOLL_FABRIC_FORCE_MR=1 set?)\n");
+    ++g_failures;
+    return;
+  }
+  void* at = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (at == MAP_FAILED) {
+    std::printf("FAIL: mmap of %zu bytes\n", bytes);
+    ++g_failures;
+    return;
+  }
+  uint64_t settled = 0;  // held after the first call
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      munmap(at, bytes);
+      void* again = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (again != at) {
+        std::printf("FAIL: could not map the same address again\n");
+        ++g_failures;
+        return;
+      }
+    }
+    for (int call = 0; call < 3; ++call) {
+      const uint32_t seed = static_cast<uint32_t>(10 * round + call + 1);
+      Buffer in = make_input(comm.rank(), count, DataType::kFloat32, ReduceOp::kSum, seed);
+      std::memcpy(at, in.data(), count * sizeof(float));
+      const auto before = comm.fabric_registrations();
+      comm.allreduce(at, at, count, DataType::kFloat32, ReduceOp::kSum).wait();
+      const auto after = comm.fabric_registrations();
+      const uint64_t made = after.made - before.made;
+      std::printf("MR round %d call %d: made %llu, held %llu\n", round, call, static_cast<unsigned long long>(made),
+                  static_cast<unsigned long long>(after.held));
+      for (size_t i = 0; i < count; ++i) {
+        expect_equal("mr-pages allreduce", DataType::kFloat32, ReduceOp::kSum, static_cast<const uint8_t*>(at), i,
+                     hiercoll::test::reference_value(comm.size(), i, DataType::kFloat32, ReduceOp::kSum, seed));
+      }
+      if (made > kMostPerCall) {
+        std::printf("MISMATCH: round %d call %d made %llu registrations (at most %llu)\n", round, call,
+                    static_cast<unsigned long long>(made), static_cast<unsigned long long>(kMostPerCall));
+        ++g_failures;
+      }
+      if (round == 0 && call == 0) settled = after.held;
+      if (after.held != settled) {
+        std::printf("MISMATCH: round %d call %d left %llu registrations held, not %llu\n", round, call,
+                    static_cast<unsigned long long>(after.held), static_cast<unsigned long long>(settled));
+        ++g_failures;
+      }
+      if (round == 1 && call == 0 && made == 0) {
+        std::printf("MISMATCH: the new pages were not registered anew\n");
+        ++g_failures;
+      }
+    }
+  }
+  munmap(at, bytes);
+}
+
 // Rank HIERCOLL_TEST_DIE_RANK dies HIERCOLL_TEST_DIE_AFTER_MS into a series of large allreduces (HIERCOLL_TEST_DIE_COUNT
 // floats) whose buffers every rank maps itself. The moment the error returns, each survivor unmaps them,
 // maps fresh pages at the same addresses, fills them with a pattern and keeps them a second while the rest of the job
@@ -1179,6 +1246,7 @@ int main(int argc, char** argv) {
     else if (scenario == "mismatch") run_mismatch(comm);
     else if (scenario == "die") run_die(comm);
     else if (scenario == "die-remap") run_die_remap(comm);
+    else if (scenario == "mr-pages") run_mr_pages(comm);
     else if (scenario == "die-after-create") run_die_after_create(comm);
     else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);

@@ -129,7 +129,7 @@ TEST_CASE("settings parse their variables, and name the variable when one is mal
     CHECK_THROWS_WITH(base::Settings::from_env(), Catch::Contains("HIERCOLL_NET_BW_GBPS"));
   }
   {
-    ScopedEnv slots("HIERCOLL_MR_CACHE_ENTRIES", "lots");
-    CHECK_THROWS_WITH(base::Settings::from_env(), Catch::Contains("HIERCOLL_MR_CACHE_ENTRIES='lots'"));
+    ScopedEnv slots("HIERCOLL_STRIPE_MIN_BYTES", "lots");
+    CHECK_THROWS_WITH(base::Settings::from_env(), Catch::Contains("HIERCOLL_STRIPE_MIN_BYTES='lots'"));
   }
 }

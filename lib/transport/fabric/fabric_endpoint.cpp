@@ -1,6 +1,6 @@
 // libfabric transport: one FI_EP_RDM endpoint with tagged messages, one completion queue, an address
-// vector indexed by rank (FI_AV_TABLE), and the MR cache for providers that need registered buffers. Which provider
-// and which of its NICs: provider_choice.cpp.
+// vector indexed by rank (FI_AV_TABLE), and registrations for providers that need registered buffers. Which provider
+// and which of its NICs: provider_choice.cpp. Registrations, where the provider needs them: mr_registry.hpp.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -31,7 +31,7 @@
 #include "topo/net.hpp"
 #include "transport/fabric/libfabric.hpp"
 #include "transport/fabric/provider_choice.hpp"
-#include "transport/mr_cache.hpp"
+#include "transport/mr_registry.hpp"
 #include "transport/striped_endpoint.hpp"
 #include "transport/transport.hpp"
 
@@ -69,7 +69,7 @@ struct CompletionContext {
 struct FabricRequest : Request {
   CompletionContext completion{{}, this};
   RequestPtr self;  // keeps the request alive while the provider may still touch `completion`
-  MrCache::Lease registration;
+  MrRegistry::Lease registration;
   void* context() { return &completion.provider_space; }
   static FabricRequest* from_context(void* context) { return static_cast<CompletionContext*>(context)->request; }
 };
@@ -227,9 +227,9 @@ class FabricEndpoint final : public Endpoint {
     return acquire_registration(buffer, bytes);
   }
 
-  void forget(const void* buffer, size_t bytes) override {
-    auto lock = driving();
-    if (mr_cache_ && buffer != nullptr) mr_cache_->invalidate(buffer, bytes);
+  MrStats mr_stats() const override {
+    if (!registry_) return {};
+    return {registry_->registrations(), registry_->live()};
   }
 
   void quiesce(std::chrono::milliseconds limit) override {
@@ -473,19 +473,20 @@ class FabricEndpoint final : public Endpoint {
       // Where the provider does not choose keys (no FI_MR_PROV_KEY), every live registration needs its own: a second
       // one asking for the key of the first fails with "Required key not available".
       const bool provider_keys = (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
-      mr_cache_ = std::make_unique<MrCache>(
-          options.mr_cache_entries,
+      registry_ = std::make_unique<MrRegistry>(
           [this, provider_keys](uintptr_t begin, size_t length) {
             fid_mr* mr = nullptr;
             const uint64_t key = provider_keys ? 0 : next_mr_key_++;
             check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0,
                                             key, 0, &mr, nullptr));
-            MrCache::Registration reg;
+            MrRegistry::Registration reg;
             reg.handle = mr;
             reg.descriptor = fi_mr_desc(mr);
             return reg;
           },
-          [](const MrCache::Registration& reg) { fi_close(&static_cast<fid_mr*>(reg.handle)->fid); });
+          [](const MrRegistry::Registration& reg) {
+            close_object(&static_cast<fid_mr*>(reg.handle)->fid, "fi_close(memory registration)");
+          });
     }
     const Libfabric& lib = libfabric();
     HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << fabric_version_text(lib.api())
@@ -493,7 +494,7 @@ class FabricEndpoint final : public Endpoint {
                                             << domain() << " (" << nic_why_
                                             << "), progress " << (manual_control_ ? "manual" : "auto")
                                             << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
-                                            << (needs_mr_ ? "registered (cache)" : "not needed"));
+                                            << (needs_mr_ ? "registered" : "not needed"));
   }
 
   // Closes whatever is open, children before parents; safe on a partly opened endpoint.
@@ -504,7 +505,7 @@ class FabricEndpoint final : public Endpoint {
     if (!in_flight_.empty())
       HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
     for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, "endpoint closed");
-    mr_cache_.reset();  // registrations before the domain
+    registry_.reset();  // what no buffer of the owner's still holds is deregistered by now, before the domain
     close_object(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
     close_object(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
     close_object(domain_ ? &domain_->fid : nullptr, "fi_close(domain)");
@@ -527,14 +528,14 @@ class FabricEndpoint final : public Endpoint {
     return request;
   }
 
-  MrCache::Lease acquire_registration(const void* buffer, size_t bytes) {
-    const uint64_t misses = mr_cache_->misses();
-    MrCache::Lease lease = mr_cache_->acquire(buffer, bytes);
-    if (mr_cache_->misses() != misses) {
+  MrRegistry::Lease acquire_registration(const void* buffer, size_t bytes) {
+    const uint64_t made = registry_->registrations();
+    MrRegistry::Lease lease = registry_->acquire(buffer, bytes);
+    if (registry_->registrations() != made) {
       HIERCOLL_LOG(kTrace, "fabric: registered " << (lease->end - lease->begin) << " B at 0x" << std::hex << lease->begin
-                                                << std::dec << "; mr cache " << mr_cache_->size() << " entries, "
-                                                << mr_cache_->hits() << " hits, " << mr_cache_->misses()
-                                                << " misses, " << mr_cache_->evictions() << " evictions");
+                                                << std::dec << "; " << registry_->live() << " held, "
+                                                << registry_->registrations() << " made, " << registry_->reuses()
+                                                << " reused");
     }
     return lease;
   }
@@ -692,7 +693,7 @@ class FabricEndpoint final : public Endpoint {
   int my_rank_ = -1;
   std::vector<fi_addr_t> peers_;                 // FI_ADDR_NOTAVAIL until the first send to the rank (peer_address)
   std::vector<std::vector<uint8_t>> addresses_;  // every rank's address, as connect() got them
-  std::unique_ptr<MrCache> mr_cache_;
+  std::unique_ptr<MrRegistry> registry_;
   std::unordered_set<FabricRequest*> in_flight_;
   struct Pending {
     std::shared_ptr<FabricRequest> request;
