@@ -186,14 +186,17 @@ class HIERCOLL_API Communicator {
   /// The NIC (libfabric domain) this rank's network endpoint runs on, e.g. "eth1" or "rdmap16s27-rdm", or its NICs
   /// comma-separated where it stripes over several (docs/design.md, "Which NIC" and "Striping").
   std::string fabric_nic() const;
-  /// Memory registrations of this rank's network endpoint, where its provider registers memory (EFA, verbs, or
-  /// HIERCOLL_FABRIC_FORCE_MR=1; zero elsewhere): how many were made since create, and how many are held now (the
-  /// communicator's own buffers, and those of the operations running). Thread-safe.
-  struct Registrations {
-    uint64_t made = 0;
-    uint64_t held = 0;
+  /// Counters of this rank's network endpoint since create. Thread-safe.
+  struct FabricStats {
+    /// Memory registrations made, and held now (the communicator's own buffers, and those of the operations
+    /// running), where the provider registers memory (EFA, verbs, or HIERCOLL_FABRIC_FORCE_MR=1); zero elsewhere.
+    uint64_t registrations_made = 0;
+    uint64_t registrations_held = 0;
+    /// Peers' addresses given to the provider (on EFA each is an address handle on the NIC): one per peer this rank
+    /// has sent to, not one per rank of the job.
+    uint64_t addresses_inserted = 0;
   };
-  Registrations fabric_registrations() const;
+  FabricStats fabric_stats() const;
   /// The flight recorder: this rank's last collectives (HIERCOLL_FLIGHT_ENTRIES of them) as a JSON object with
   /// sequence number, operation, state (queued, running, done, failed), the thread that ran it ("caller": the
   /// calling thread, as small node-local collectives are run; "progress": the communicator's progress thread) and

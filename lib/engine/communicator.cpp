@@ -132,9 +132,13 @@ std::string Communicator::allreduce_algorithm(size_t bytes, bool device_buffers)
 const Layout& Communicator::layout() const { return impl_->layout(); }
 Tuning Communicator::tuning() const { return impl_->tuning(); }
 std::string Communicator::fabric_nic() const { return impl_->fabric_nic(); }
-Communicator::Registrations Communicator::fabric_registrations() const {
-  const transport::Endpoint::MrStats stats = impl_->fabric_registrations();
-  return {stats.made, stats.held};
+Communicator::FabricStats Communicator::fabric_stats() const {
+  const transport::Endpoint::Stats stats = impl_->fabric_stats();
+  FabricStats out;
+  out.registrations_made = stats.registrations_made;
+  out.registrations_held = stats.registrations_held;
+  out.addresses_inserted = stats.addresses_inserted;
+  return out;
 }
 std::string Communicator::flight_record() const { return impl_->flight_record(); }
 

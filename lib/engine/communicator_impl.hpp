@@ -101,7 +101,7 @@ class CommunicatorImpl {
     return t;
   }
   std::string fabric_nic() const { return endpoint_->domain(); }
-  transport::Endpoint::MrStats fabric_registrations() const { return endpoint_->mr_stats(); }
+  transport::Endpoint::Stats fabric_stats() const { return endpoint_->stats(); }
   /// The flight recorder's JSON (see flight_recorder.hpp).
   std::string flight_record() const { return flight_.json(instance_, rank_, size_); }
   algo::Hierarchy& hierarchy() { return hierarchy_; }

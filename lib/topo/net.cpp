@@ -58,6 +58,19 @@ std::string interface_address(const std::string& name) {
   throw InvalidUsageError("HIERCOLL_SOCKET_IFNAME=" + name + ": no such interface that is up with an IPv4 address");
 }
 
+LinkFacts link_facts(const std::string& name, const std::string& sysfs) {
+  LinkFacts facts;
+  const std::string dir = sysfs + "/" + name;
+  facts.physical = access((dir + "/device").c_str(), F_OK) == 0;
+  if (std::FILE* file = std::fopen((dir + "/speed").c_str(), "r")) {
+    long long speed = 0;
+    // Reading fails (EINVAL) for links that have no speed, and a link that is down reports -1.
+    if (std::fscanf(file, "%lld", &speed) == 1 && speed > 0) facts.speed_mbps = static_cast<uint64_t>(speed);
+    std::fclose(file);
+  }
+  return facts;
+}
+
 std::string default_route_interface() {
   std::FILE* routes = std::fopen("/proc/net/route", "r");
   if (routes == nullptr) return {};

@@ -1,6 +1,7 @@
 #pragma once
 // This host's network interfaces as the NIC choice needs them: which exist, which one the kernel routes through to a
 // given host, and which sit near this process's CPUs (hwloc's PCI locality).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,15 @@ std::string default_route_interface();
 /// Host-only bridges and virtual links that container and VM runtimes make (docker0, br-1a2b, virbr0, veth..., cni0,
 /// flannel.1, lxcbr0, podman0, ...): the same address on every host, never a way to another one.
 bool host_only_interface(const std::string& name);
+
+/// What the kernel says of a network interface's link: whether a device backs it (a PCI NIC, as against a bridge, a
+/// veth or a dummy), and its speed in Mb/s (0 where the driver reports none, as bridges and dummies do). Read from
+/// `sysfs` (/sys/class/net; another directory in tests).
+struct LinkFacts {
+  bool physical = false;
+  uint64_t speed_mbps = 0;
+};
+LinkFacts link_facts(const std::string& name, const std::string& sysfs = "/sys/class/net");
 
 /// The IPv4 address other hosts most likely reach this one at, for a rendezvous server published before any peer
 /// is known: the default route's interface, else the first interface that is neither loopback nor host-only, else

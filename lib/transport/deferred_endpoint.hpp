@@ -3,7 +3,7 @@
 // soon: on one host the collectives run through the node's shared memory, and what the fabric costs to open (the
 // provider scan of libfabric's first fi_getinfo, then the exchange of every rank's address) would otherwise be
 // paid by every rank inside Communicator::create, on cores the whole host shares. The first call that needs the
-// real endpoint waits for it; calls that only look after it (wake, cancel_all, pin, mr_stats, quiesce) do nothing
+// real endpoint waits for it; calls that only look after it (wake, cancel_all, pin, stats, quiesce) do nothing
 // until it is there, because nothing can have been posted to an endpoint that does not exist yet.
 //
 // Threads: start(), wait() and the Endpoint calls may come from any of the owner's threads (one driver at a time, as
@@ -52,9 +52,9 @@ class DeferredEndpoint final : public Endpoint {
     return opened().irecv(peer, tag, ignore, buffer, bytes);
   }
   std::shared_ptr<const void> pin(const void* buffer, size_t bytes) override;
-  MrStats mr_stats() const override {
+  Stats stats() const override {
     const Endpoint* endpoint = ready();
-    return endpoint ? endpoint->mr_stats() : MrStats{};
+    return endpoint ? endpoint->stats() : Stats{};
   }
   bool progress(std::chrono::microseconds max_block) override { return opened().progress(max_block); }
   WaitHint wait_hint() override { return opened().wait_hint(); }

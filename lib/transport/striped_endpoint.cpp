@@ -203,12 +203,13 @@ std::shared_ptr<const void> StripedEndpoint::pin(const void* buffer, size_t byte
   return pins;
 }
 
-Endpoint::MrStats StripedEndpoint::mr_stats() const {
-  MrStats sum;
+Endpoint::Stats StripedEndpoint::stats() const {
+  Stats sum;
   for (const auto& rail : rails_) {
-    const MrStats one = rail->mr_stats();
-    sum.made += one.made;
-    sum.held += one.held;
+    const Stats one = rail->stats();
+    sum.registrations_made += one.registrations_made;
+    sum.registrations_held += one.registrations_held;
+    sum.addresses_inserted += one.addresses_inserted;
   }
   return sum;
 }

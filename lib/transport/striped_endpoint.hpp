@@ -51,7 +51,8 @@ class StripedEndpoint final : public Endpoint {
   RequestPtr isend(int peer, Tag tag, const void* buffer, size_t bytes) override;
   RequestPtr irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) override;
   std::shared_ptr<const void> pin(const void* buffer, size_t bytes) override;
-  MrStats mr_stats() const override;
+  /// The rails' counters, summed.
+  Stats stats() const override;
   bool progress(std::chrono::microseconds max_block) override;
   WaitHint wait_hint() override;
   void wake() override;

@@ -74,13 +74,15 @@ class Endpoint {
     (void)bytes;
     return nullptr;
   }
-  /// Memory registrations (mr_registry.hpp) made since the endpoint opened and held now; zero where the provider
-  /// registers nothing. Thread-safe.
-  struct MrStats {
-    uint64_t made = 0;
-    uint64_t held = 0;
+  /// Counters since the endpoint opened: memory registrations (mr_registry.hpp) made and held now, zero where the
+  /// provider registers nothing; peers' addresses inserted into the provider's address vector (at the first send to
+  /// each, not for every rank at start-up). Thread-safe.
+  struct Stats {
+    uint64_t registrations_made = 0;
+    uint64_t registrations_held = 0;
+    uint64_t addresses_inserted = 0;
   };
-  virtual MrStats mr_stats() const { return {}; }
+  virtual Stats stats() const { return {}; }
   /// Drives communication and completes requests; returns after at least one completion, a wake(), or `max_block`.
   /// Never busy-spins for the whole of max_block: it sleeps in the provider's wait object or backs off. Returns
   /// whether it completed anything or was woken (false: `max_block` passed with nothing to show).

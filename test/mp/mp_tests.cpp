@@ -311,6 +311,21 @@ TEST_CASE("a rank killed mid-allreduce makes the others fail in time and leaves 
   CHECK(segments.left() == 0);
 }
 
+// Addresses are inserted on first use (mp_worker.cpp's addresses): 8 ranks over tcp, where every address would cost
+// an address handle on an EFA NIC.
+TEST_CASE("a rank inserts the addresses of the peers it sends to, not every rank's", "[mp][fabric]") {
+  auto options = loopback({{"HIERCOLL_FABRIC_PROVIDER", "tcp"}, {"HIERCOLL_ALGO", "ring"},
+                           {"HIERCOLL_TIMEOUT_MS", "60000"}});
+  options.timeout = std::chrono::seconds(120);
+  auto result = launch(8, HIERCOLL_MP_WORKER, {"addresses"}, options);
+  INFO(result.report());
+  CHECK_FALSE(result.timed_out);
+  for (int r = 0; r < 8; ++r) {
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(result.ranks[r].output.find("addresses: 0 mismatches") != std::string::npos);
+  }
+}
+
 // Registrations follow their pages (mp_worker.cpp's mr-pages): under HIERCOLL_FABRIC_FORCE_MR, a buffer unmapped and
 // mapped again at its address is registered anew, no call leaves its buffer's registration held, and each makes a
 // handful, not one per message: through the ring (tcp's 16 KB messages between the emulated nodes, udp's), and through

@@ -246,6 +246,44 @@ void run_die(Communicator& comm) {
   }
 }
 
+// Addresses are inserted at the first send to each peer (docs/design.md, "Addresses"): after ring allreduces and a
+// barrier a rank has inserted those of its ring neighbour and its barrier partners, at most 1 + ceil(log2 N), not N;
+// after an alltoall, every other rank's, once each.
+void run_addresses(Communicator& comm) {
+  const int n = comm.size();
+  std::vector<float> data(1 << 16, 1.0f);
+  for (int i = 0; i < 3; ++i)
+    comm.allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  comm.barrier().wait();
+  uint64_t most = 1;
+  for (int span = 1; span < n; span *= 2) ++most;
+  const uint64_t after_ring = comm.fabric_stats().addresses_inserted;
+  std::printf("ADDRESSES after ring allreduces and a barrier: %llu of %d ranks\n",
+              static_cast<unsigned long long>(after_ring), n);
+  if (after_ring == 0 || after_ring > most) {
+    std::printf("MISMATCH: %llu addresses inserted, expected 1 to %llu\n", static_cast<unsigned long long>(after_ring),
+                static_cast<unsigned long long>(most));
+    ++g_failures;
+  }
+  std::vector<float> in(static_cast<size_t>(n) * 16, 2.0f), out(in.size());
+  comm.alltoall(in.data(), out.data(), 16, DataType::kFloat32).wait();
+  comm.alltoall(in.data(), out.data(), 16, DataType::kFloat32).wait();
+  const uint64_t after_alltoall = comm.fabric_stats().addresses_inserted;
+  std::printf("ADDRESSES after alltoall: %llu\n", static_cast<unsigned long long>(after_alltoall));
+  if (after_alltoall != static_cast<uint64_t>(n - 1)) {
+    std::printf("MISMATCH: %llu addresses inserted after alltoall, expected %d (each other rank once)\n",
+                static_cast<unsigned long long>(after_alltoall), n - 1);
+    ++g_failures;
+  }
+  for (float v : out) {
+    if (v != 2.0f) {
+      std::printf("MISMATCH: alltoall delivered %g, expected 2\n", static_cast<double>(v));
+      ++g_failures;
+      break;
+    }
+  }
+}
+
 // Registrations follow their pages (run under HIERCOLL_FABRIC_FORCE_MR=1): allreduces in place on an mmap'd buffer,
 // then the buffer unmapped and fresh memory mapped at the same address, and allreduces there again. Every call's
 // result against the serial reference; every call makes at most kMostPerCall registrations (the operation's own pins,
@@ -257,7 +295,7 @@ void run_mr_pages(Communicator& comm) {
   const size_t count = std::getenv("HIERCOLL_TEST_LARGE_BYTES") ? 1u << 20 : 4u << 20;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (count * sizeof(float) + page - 1) / page * page;
-  if (comm.fabric_registrations().made == 0) {
+  if (comm.fabric_stats().registrations_made == 0) {
     std::printf("MISMATCH: no registrations at all (is HIERCOLL_FABRIC_FORCE_MR=1 set?)\n");
     ++g_failures;
     return;
@@ -283,12 +321,12 @@ void run_mr_pages(Communicator& comm) {
       const uint32_t seed = static_cast<uint32_t>(10 * round + call + 1);
       Buffer in = make_input(comm.rank(), count, DataType::kFloat32, ReduceOp::kSum, seed);
       std::memcpy(at, in.data(), count * sizeof(float));
-      const auto before = comm.fabric_registrations();
+      const auto before = comm.fabric_stats();
       comm.allreduce(at, at, count, DataType::kFloat32, ReduceOp::kSum).wait();
-      const auto after = comm.fabric_registrations();
-      const uint64_t made = after.made - before.made;
+      const auto after = comm.fabric_stats();
+      const uint64_t made = after.registrations_made - before.registrations_made;
       std::printf("MR round %d call %d: made %llu, held %llu\n", round, call, static_cast<unsigned long long>(made),
-                  static_cast<unsigned long long>(after.held));
+                  static_cast<unsigned long long>(after.registrations_held));
       for (size_t i = 0; i < count; ++i) {
         expect_equal("mr-pages allreduce", DataType::kFloat32, ReduceOp::kSum, static_cast<const uint8_t*>(at), i,
                      hiercoll::test::reference_value(comm.size(), i, DataType::kFloat32, ReduceOp::kSum, seed));
@@ -298,10 +336,11 @@ void run_mr_pages(Communicator& comm) {
                     static_cast<unsigned long long>(made), static_cast<unsigned long long>(kMostPerCall));
         ++g_failures;
       }
-      if (round == 0 && call == 0) settled = after.held;
-      if (after.held != settled) {
+      if (round == 0 && call == 0) settled = after.registrations_held;
+      if (after.registrations_held != settled) {
         std::printf("MISMATCH: round %d call %d left %llu registrations held, not %llu\n", round, call,
-                    static_cast<unsigned long long>(after.held), static_cast<unsigned long long>(settled));
+                    static_cast<unsigned long long>(after.registrations_held),
+                    static_cast<unsigned long long>(settled));
         ++g_failures;
       }
       if (round == 1 && call == 0 && made == 0) {
@@ -1247,6 +1286,7 @@ int main(int argc, char** argv) {
     else if (scenario == "die") run_die(comm);
     else if (scenario == "die-remap") run_die_remap(comm);
     else if (scenario == "mr-pages") run_mr_pages(comm);
+    else if (scenario == "addresses") run_addresses(comm);
     else if (scenario == "die-after-create") run_die_after_create(comm);
     else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);

@@ -66,7 +66,7 @@ TEST_CASE("a deferred endpoint: looking after it never waits for the opening; us
   auto looked_after = std::async(std::launch::async, [&] {
     a.wake();
     a.cancel_all("nothing was posted");
-    a.mr_stats();
+    a.stats();
     a.quiesce(std::chrono::milliseconds(1));
     return a.pin(&buffer, sizeof(buffer)) == nullptr;
   });

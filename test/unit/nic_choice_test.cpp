@@ -1,12 +1,14 @@
 // The NIC choice (transport/fabric/nic_choice.hpp) on made-up hosts: which domain each local rank of a node opens.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
-
 #include <set>
+#include <tuple>
 
 #include "hiercoll/errors.hpp"
 #include "topo/cpus.hpp"
@@ -24,7 +26,12 @@ namespace {
 
 std::vector<NicCandidate> host(std::initializer_list<const char*> names) {
   std::vector<NicCandidate> list;
-  for (const char* name : names) list.push_back({name, std::string(name) == "lo", {}});
+  for (const char* name : names) {
+    NicCandidate c;
+    c.domain = name;
+    c.loopback = std::string(name) == "lo";
+    list.push_back(c);
+  }
   return list;
 }
 
@@ -76,18 +83,37 @@ TEST_CASE("across nodes, loopback and host-only bridges are never chosen; on one
   CHECK_THROWS_WITH(nic_of(host({"lo", "docker0"}), 0), Catch::Contains("HIERCOLL_FABRIC_IFACE"));
 }
 
-TEST_CASE("the interface that routes to the rendezvous host narrows the pool to its family", "[nic]") {
+TEST_CASE("across nodes the pool is one family of NICs, judged by the NICs alone, the same on every node", "[nic]") {
   // A decoy listed first (same address on every host, not caught by name) and a management NIC beside the rails.
   const auto node = host({"lo", "dock0", "mgmt0", "hcnic0", "hcnic1"});
-  CHECK(nic_of(node, 0, "hcnic0") == "hcnic0");
-  CHECK(nic_of(node, 1, "hcnic0") == "hcnic1");
-  CHECK(nic_of(node, 2, "hcnic0") == "hcnic0");
-  // Without the route, the decoy is a candidate: start-up's duplicate-address check is what stops it then.
-  std::set<std::string> unrouted;
-  for (int local = 0; local < 4; ++local) unrouted.insert(nic_of(node, local));
-  CHECK(unrouted.count("dock0") == 1);
-  // A route through an interface that is not a candidate (loopback, a bridge) narrows nothing.
-  CHECK(nic_of(node, 1, "lo") == nic_of(node, 1));
+  CHECK(nic_of(node, 0) == "hcnic0");
+  CHECK(nic_of(node, 1) == "hcnic1");
+  CHECK(nic_of(node, 2) == "hcnic0");
+  // The route to the rendezvous host changes nothing: rank 0's node, whose host name maps to 127.0.1.1 (Debian,
+  // Ubuntu), routes through loopback; the others through the management NIC. Every node takes the rails.
+  for (const char* toward : {"lo", "mgmt0", "hcnic1", ""}) {
+    for (int local = 0; local < 4; ++local) CHECK(nic_of(node, local, toward) == nic_of(node, local));
+  }
+  // Device-backed NICs over virtual ones, then bandwidth over count: two 1 Gb/s management ports beside one
+  // 100 Gb/s data NIC; a veth family of four beside a PCI NIC.
+  auto with = [](std::vector<NicCandidate> list, const std::map<std::string, std::pair<bool, uint64_t>>& facts) {
+    for (auto& c : list) {
+      auto it = facts.find(c.domain);
+      if (it != facts.end()) std::tie(c.physical, c.speed_mbps) = it->second;
+    }
+    return list;
+  };
+  const auto ports = with(host({"lo", "eno1", "eno2", "ens1f0"}),
+                          {{"eno1", {true, 1000}}, {"eno2", {true, 1000}}, {"ens1f0", {true, 100000}}});
+  for (int local = 0; local < 4; ++local) CHECK(nic_of(ports, local, "eno1") == "ens1f0");
+  const auto veths = with(host({"vnic0", "vnic1", "vnic2", "vnic3", "eth0"}),
+                          {{"vnic0", {false, 10000}}, {"vnic1", {false, 10000}}, {"vnic2", {false, 10000}},
+                           {"vnic3", {false, 10000}}, {"eth0", {true, 0}}});
+  CHECK(nic_of(veths, 3) == "eth0");
+  // Nothing known: the most NICs; a tie goes to the routed family, then to name order.
+  CHECK(nic_of(host({"eth0", "eth1", "ib0"}), 1, "ib0") == "eth1");
+  CHECK(nic_of(host({"eth0", "ens5"}), 0, "eth0") == "eth0");
+  CHECK(nic_of(host({"eth0", "ens5"}), 0, "lo") == "ens5");
 }
 
 TEST_CASE("NICs near the rank's CPUs come first where hwloc places them", "[nic]") {
@@ -281,7 +307,11 @@ std::vector<std::vector<std::string>> place(const Node& node, Placement placemen
   for (int s = 0; s < node.sockets; ++s) {
     for (int n = 0; n < node.nics_per_socket; ++n) {
       locators.push_back({"", nic_bus(node, s, n)});
-      candidates.push_back({nic_name(node, s, n), false, {}});
+      NicCandidate c;
+      c.domain = nic_name(node, s, n);
+      c.physical = true;  // PCI devices, as libfabric's bus attributes say of EFA NICs
+      c.speed_mbps = 100000;
+      candidates.push_back(c);
     }
   }
   const auto nearness = hiercoll::topo::nic_nearness(locators, shares(node, placement, ranks), xml_path);
@@ -394,4 +424,31 @@ TEST_CASE("the placement table", "[.][nic-table]") {
     }
     std::remove(path.c_str());
   }
+}
+
+TEST_CASE("a link's facts come from sysfs: a device behind it, and its speed where the driver has one", "[nic]") {
+  char dir_template[] = "/tmp/hiercoll-sysfs-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string root = dir_template;
+  auto write = [](const std::string& path, const std::string& text) {
+    std::FILE* out = std::fopen(path.c_str(), "w");
+    REQUIRE(out != nullptr);
+    std::fputs(text.c_str(), out);
+    std::fclose(out);
+  };
+  for (const char* name : {"ens5", "hcnic0", "dock0", "eth1"}) REQUIRE(mkdir((root + "/" + name).c_str(), 0755) == 0);
+  REQUIRE(mkdir((root + "/ens5/device").c_str(), 0755) == 0);  // the kernel's link to the PCI device
+  write(root + "/ens5/speed", "100000\n");
+  write(root + "/hcnic0/speed", "10000\n");  // a veth: a speed, no device
+  write(root + "/eth1/speed", "-1\n");       // a link that is down
+  const auto ens5 = hiercoll::topo::link_facts("ens5", root);
+  CHECK(ens5.physical);
+  CHECK(ens5.speed_mbps == 100000);
+  const auto veth = hiercoll::topo::link_facts("hcnic0", root);
+  CHECK_FALSE(veth.physical);
+  CHECK(veth.speed_mbps == 10000);
+  CHECK(hiercoll::topo::link_facts("dock0", root).speed_mbps == 0);  // no speed file: a bridge, a dummy
+  CHECK(hiercoll::topo::link_facts("eth1", root).speed_mbps == 0);
+  CHECK_FALSE(hiercoll::topo::link_facts("absent0", root).physical);
+  std::system(("rm -rf " + root).c_str());
 }

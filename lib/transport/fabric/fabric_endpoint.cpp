@@ -227,9 +227,14 @@ class FabricEndpoint final : public Endpoint {
     return acquire_registration(buffer, bytes);
   }
 
-  MrStats mr_stats() const override {
-    if (!registry_) return {};
-    return {registry_->registrations(), registry_->live()};
+  Stats stats() const override {
+    Stats stats;
+    if (registry_) {
+      stats.registrations_made = registry_->registrations();
+      stats.registrations_held = registry_->live();
+    }
+    stats.addresses_inserted = inserted_.load(std::memory_order_relaxed);
+    return stats;
   }
 
   void quiesce(std::chrono::milliseconds limit) override {
@@ -365,6 +370,7 @@ class FabricEndpoint final : public Endpoint {
       if (fi_av_insert(av_, addresses_[static_cast<size_t>(peer)].data(), 1, &inserted, 0, nullptr) != 1)
         throw FabricError("fi_av_insert of rank " + std::to_string(peer) + "'s address failed");
       address = inserted;
+      inserted_.fetch_add(1, std::memory_order_relaxed);
     }
     return address;
   }
@@ -693,6 +699,7 @@ class FabricEndpoint final : public Endpoint {
   int my_rank_ = -1;
   std::vector<fi_addr_t> peers_;                 // FI_ADDR_NOTAVAIL until the first send to the rank (peer_address)
   std::vector<std::vector<uint8_t>> addresses_;  // every rank's address, as connect() got them
+  std::atomic<uint64_t> inserted_{0};            // addresses peer_address() inserted (stats())
   std::unique_ptr<MrRegistry> registry_;
   std::unordered_set<FabricRequest*> in_flight_;
   struct Pending {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <tuple>
 #include <sstream>
 
 #include "hiercoll/errors.hpp"
@@ -10,9 +12,11 @@
 namespace hiercoll::transport {
 namespace {
 
+// A NIC's family: its name up to the first digit (eth0 -> eth, hcnic12 -> hcnic, ens1f0 -> ens, EFA's
+// rdmap16s27-rdm -> rdmap).
 std::string family_of(const std::string& name) {
-  size_t end = name.size();
-  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  size_t end = 0;
+  while (end < name.size() && !std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
   return name.substr(0, end);
 }
 
@@ -31,6 +35,44 @@ std::string list(const std::vector<NicCandidate>& candidates) {
   std::string text;
   for (const auto& c : candidates) text += (text.empty() ? "" : ", ") + c.domain;
   return text.empty() ? "none" : text;
+}
+
+// Rule 2's family: device-backed first, then the most bandwidth, then the most NICs; a tie to the routed family,
+// then to name order.
+struct FamilyScore {
+  bool physical = false;
+  uint64_t speed_mbps = 0;
+  size_t nics = 0;
+  bool routed = false;
+  auto key() const { return std::make_tuple(physical, speed_mbps, nics, routed); }
+};
+
+std::string data_family(const std::vector<NicCandidate>& pool, const std::string& toward) {
+  std::map<std::string, FamilyScore> scores;
+  for (const auto& c : pool) {
+    FamilyScore& score = scores[family_of(c.domain)];
+    score.physical = score.physical || c.physical;
+    score.speed_mbps += c.speed_mbps;
+    ++score.nics;
+    score.routed = score.routed || c.domain == toward;
+  }
+  auto best = scores.begin();  // the map's name order breaks the last tie
+  for (auto it = scores.begin(); it != scores.end(); ++it) {
+    if (best->second.key() < it->second.key()) best = it;
+  }
+  return best->first;
+}
+
+std::string describe_family(const std::vector<NicCandidate>& kin) {
+  uint64_t speed = 0;
+  bool physical = false;
+  for (const auto& c : kin) {
+    speed += c.speed_mbps;
+    physical = physical || c.physical;
+  }
+  std::string text = std::to_string(kin.size()) + " NIC(s)";
+  if (speed > 0) text += ", " + std::to_string(speed / 1000) + " Gb/s";
+  return text + (physical ? "" : ", virtual");
 }
 
 }  // namespace
@@ -83,17 +125,13 @@ NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicReque
                               "HIERCOLL_FABRIC_IFACE to the interface that does");
     }
     why = "not loopback or host-only";
-    bool routed = false;
-    for (const auto& c : pool) routed = routed || c.domain == request.toward;
-    if (routed) {
-      const std::string family = family_of(request.toward);
-      std::vector<NicCandidate> kin;
-      for (const auto& c : pool) {
-        if (family_of(c.domain) == family) kin.push_back(c);
-      }
-      pool = kin;
-      why = "the family of " + request.toward + ", which routes to the rendezvous host";
+    const std::string family = data_family(pool, request.toward);
+    std::vector<NicCandidate> kin;
+    for (const auto& c : pool) {
+      if (family_of(c.domain) == family) kin.push_back(c);
     }
+    if (kin.size() < pool.size()) why = "family " + family + "* (" + describe_family(kin) + ")";
+    pool = kin;
   }
   std::stable_sort(pool.begin(), pool.end(),
                    [](const NicCandidate& a, const NicCandidate& b) { return natural_less(a.domain, b.domain); });

@@ -68,7 +68,11 @@ std::vector<fi_info*> choose_domains(const std::vector<fi_info*>& infos, const F
     NicCandidate candidate;
     candidate.domain = domain;
     candidate.loopback = std::find(loopbacks.begin(), loopbacks.end(), domain) != loopbacks.end();
-    candidates.push_back(candidate);
+    // What the provider says of the NIC (EFA and verbs fill fi_nic), else what the kernel says of the interface
+    // of that name (the socket providers' domains are interface names).
+    const topo::LinkFacts link = topo::link_facts(domain);
+    candidate.physical = link.physical;
+    candidate.speed_mbps = link.speed_mbps;
     topo::NicLocator locator;
     locator.netdev = domain;
     if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
@@ -76,7 +80,11 @@ std::vector<fi_info*> choose_domains(const std::vector<fi_info*>& infos, const F
       char bus[32];
       std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.%x", pci.domain_id, pci.bus_id, pci.device_id, pci.function_id);
       locator.pci_bus_id = bus;
+      candidate.physical = true;
     }
+    if (info->nic && info->nic->link_attr && info->nic->link_attr->speed > 0)
+      candidate.speed_mbps = static_cast<uint64_t>(info->nic->link_attr->speed / 1000000);
+    candidates.push_back(candidate);
     locators.push_back(locator);
   }
   NicRequest request;
