@@ -3,7 +3,8 @@
 //       local rank has, it reduces shard `local_rank` of the piece over all L areas (in local-rank order): a
 //       round of the node reduce-scatter (node_reduce_round, node_collectives.cpp);
 //   (2) inter-node allreduce of that shard among the ranks with the same local rank (one rail per local
-//       rank, so all L ranks and the node's NICs work in parallel, each on 1/L of the data): a ring, or
+//       rank, so all L ranks and the node's NICs work in parallel, each on 1/L of the data; a rank with several
+//       NICs stripes its messages over them, transport/striped_endpoint.hpp): a ring, or
 //       SageMaker's sharded reduction servers (every node serves 1/N of the shard: two network steps);
 //   (3) intra-node allgather: each rank publishes its finished shard in its area and signals it; once every
 //       local rank has, it copies the other L-1 shards out (node_gather_round).
