@@ -54,8 +54,8 @@ std::vector<std::vector<uint8_t>> decode(const std::vector<uint8_t>& record, int
 
 // A request cut in parts: done when every part is, failed when any is.
 struct StripedEndpoint::Cut : Request {
-  std::vector<RequestPtr> parts;  // part j on rail (first_rail + j) mod the rails both ends have
-  size_t first_rail = 0;
+  std::vector<RequestPtr> parts;  // part j on rail route.rail(j)
+  Route route;
 };
 
 StripedEndpoint::StripedEndpoint(std::vector<std::unique_ptr<Endpoint>> rails, size_t min_part_bytes)
@@ -107,9 +107,9 @@ void StripedEndpoint::connect(int my_rank, const std::vector<std::vector<uint8_t
 }
 
 StripedEndpoint::Route StripedEndpoint::route(int peer, Tag tag, size_t bytes) const {
-  if (rails_.size() == 1 || peer < 0 || (tag & kWholeMessageBit) != 0) return {0, 1};
+  if (rails_.size() == 1 || peer < 0 || (tag & kWholeMessageBit) != 0) return {};
   const size_t shared = std::min<size_t>(rails_.size(), peer_rails_.at(static_cast<size_t>(peer)));
-  return {static_cast<size_t>(tag % shared), std::max<size_t>(1, std::min(shared, bytes / min_part_bytes_))};
+  return {static_cast<size_t>(tag % shared), std::max<size_t>(1, std::min(shared, bytes / min_part_bytes_)), shared};
 }
 
 RequestPtr StripedEndpoint::isend(int peer, Tag tag, const void* buffer, size_t bytes) {
@@ -119,13 +119,13 @@ RequestPtr StripedEndpoint::isend(int peer, Tag tag, const void* buffer, size_t 
 }
 
 RequestPtr StripedEndpoint::irecv(int peer, Tag tag, Tag ignore, void* buffer, size_t bytes) {
-  const Route from = ignore == 0 ? route(peer, tag, bytes) : Route{0, 1};
+  const Route from = ignore == 0 ? route(peer, tag, bytes) : Route{};
   if (from.parts == 1) return rails_[from.first]->irecv(peer, tag, ignore, buffer, bytes);
   return cut(false, peer, tag, static_cast<uint8_t*>(buffer), bytes, from);
 }
 
 // Part j spans [bytes * j / n, bytes * (j + 1) / n), each boundary rounded down to 64 bytes (a cache line: the
-// providers copy parts in and out of bounce buffers), and goes on rail (first + j) mod rails; sender and receiver
+// providers copy parts in and out of bounce buffers), and goes on rail route.rail(j); sender and receiver
 // compute the same.
 RequestPtr StripedEndpoint::cut(bool is_send, int peer, Tag tag, uint8_t* buffer, size_t bytes, Route route) {
   auto request = std::make_shared<Cut>();
@@ -133,12 +133,12 @@ RequestPtr StripedEndpoint::cut(bool is_send, int peer, Tag tag, uint8_t* buffer
   request->peer = peer;
   request->tag = tag;
   request->bytes_posted = bytes;
-  request->first_rail = route.first;
-  const size_t n = route.parts, shared = std::min<size_t>(rails_.size(), peer_rails_[static_cast<size_t>(peer)]);
+  request->route = route;
+  const size_t n = route.parts;
   auto boundary = [&](size_t j) { return j == n ? bytes : (bytes / n * j + bytes % n * j / n) & ~size_t{63}; };
   for (size_t j = 0; j < n; ++j) {
     const size_t begin = boundary(j), end = boundary(j + 1);
-    Endpoint& rail = *rails_[(route.first + j) % shared];
+    Endpoint& rail = *rails_[route.rail(j)];
     request->parts.push_back(is_send ? rail.isend(peer, tag, buffer + begin, end - begin)
                                      : rail.irecv(peer, tag, 0, buffer + begin, end - begin));
   }
@@ -163,7 +163,7 @@ bool StripedEndpoint::settle() {
         continue;
       }
       if (part.state.load(std::memory_order_acquire) == Request::State::kFailed) {
-        const size_t rail = (request.first_rail + j) % rails_.size();
+        const size_t rail = request.route.rail(j);
         error = part.error + " (part " + std::to_string(j + 1) + " of " + std::to_string(request.parts.size()) +
                 ", on " + rails_[rail]->domain() + ")";
       } else if (!part.is_send && part.bytes_done != part.bytes_posted) {

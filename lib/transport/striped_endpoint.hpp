@@ -65,6 +65,8 @@ class StripedEndpoint final : public Endpoint {
   struct Route {
     size_t first = 0;
     size_t parts = 1;
+    size_t shared = 1;  ///< the rails both ranks have
+    size_t rail(size_t part) const { return (first + part) % shared; }
   };
   Route route(int peer, Tag tag, size_t bytes) const;
 
