@@ -186,7 +186,8 @@ class HIERCOLL_API Communicator {
   /// The NIC (libfabric domain) this rank's network endpoint runs on, e.g. "eth1" or "rdmap16s27-rdm", or its NICs
   /// comma-separated where it stripes over several (docs/design.md, "Which NIC" and "Striping").
   std::string fabric_nic() const;
-  /// Counters of this rank's network endpoint since create. Thread-safe.
+  /// Counters of this rank's network endpoint since create (registrations: of its NICs' domains, which the process's
+  /// communicators share). Thread-safe.
   struct FabricStats {
     /// Memory registrations made, and held now (the communicator's own buffers, and those of the operations
     /// running), where the provider registers memory (EFA, verbs, or HIERCOLL_FABRIC_FORCE_MR=1); zero elsewhere.
@@ -195,6 +196,12 @@ class HIERCOLL_API Communicator {
     /// Peers' addresses given to the provider (on EFA each is an address handle on the NIC): one per peer this rank
     /// has sent to, not one per rank of the job.
     uint64_t addresses_inserted = 0;
+    /// libfabric objects open in this process, every communicator's together: one fabric per provider and one domain
+    /// per NIC in use, shared by the communicators (docs/design.md, "One domain per NIC"); an endpoint per
+    /// communicator and NIC of its share.
+    uint64_t process_fabrics = 0;
+    uint64_t process_domains = 0;
+    uint64_t process_endpoints = 0;
   };
   FabricStats fabric_stats() const;
   /// The flight recorder: this rank's last collectives (HIERCOLL_FLIGHT_ENTRIES of them) as a JSON object with

@@ -138,6 +138,10 @@ Communicator::FabricStats Communicator::fabric_stats() const {
   out.registrations_made = stats.registrations_made;
   out.registrations_held = stats.registrations_held;
   out.addresses_inserted = stats.addresses_inserted;
+  const transport::FabricCensus census = transport::fabric_census();
+  out.process_fabrics = census.fabrics;
+  out.process_domains = census.domains;
+  out.process_endpoints = census.endpoints;
   return out;
 }
 std::string Communicator::flight_record() const { return impl_->flight_record(); }

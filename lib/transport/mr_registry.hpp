@@ -10,7 +10,8 @@
 // registration per operation costs a lookup). Registering pins pages through the kernel, far too slow per message:
 // what the messages of an operation use is pinned once for the operation, or once for good.
 //
-// Threads: one (the endpoint's driver); a holder may let go on any thread that the endpoint's contract allows.
+// Threads: acquire under the owner's lock (fabric_domain.hpp); a holder may let go on any thread, and the deregister
+// function takes that lock itself.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -36,8 +37,9 @@ class MrRegistry {
 
   MrRegistry(RegisterFn register_fn, DeregisterFn deregister_fn);
 
-  /// A live registration covering [address, address + length), or a new one of the pages that hold it.
-  Lease acquire(const void* address, size_t length);
+  /// A live registration covering [address, address + length), or a new one of the pages that hold it. A new one
+  /// keeps `owner` (the domain it is made in) alive until it is deregistered.
+  Lease acquire(const void* address, size_t length, std::shared_ptr<void> owner = nullptr);
 
   /// Counters, readable from any thread.
   uint64_t registrations() const { return counters_->made.load(std::memory_order_relaxed); }  ///< made so far

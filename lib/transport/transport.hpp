@@ -133,8 +133,17 @@ struct FabricOptions {
   size_t stripe_min_bytes = 128 << 10;
 };
 
-/// Opens a libfabric FI_EP_RDM endpoint with tagged messaging.
+/// Opens a libfabric FI_EP_RDM endpoint with tagged messaging, on the process's domain for each NIC of the rank's
+/// share (fabric/fabric_domain.hpp: one per NIC, shared by every communicator of the process).
 std::unique_ptr<Endpoint> open_fabric_endpoint(const FabricOptions& options);
+
+/// libfabric objects open in this process, every communicator's together. Thread-safe.
+struct FabricCensus {
+  uint64_t fabrics = 0;
+  uint64_t domains = 0;    ///< one per NIC in use, whatever the number of communicators
+  uint64_t endpoints = 0;  ///< one per communicator and NIC of its share
+};
+FabricCensus fabric_census();
 
 /// Opens the endpoint `options.provider` names: "memory" (memory/memory_fabric.hpp), "unix" (unix/unix_endpoint.hpp),
 /// any other name a libfabric provider. None named: libfabric's choice for the job's shape (fabric/provider_choice.hpp),

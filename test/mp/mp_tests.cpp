@@ -326,6 +326,25 @@ TEST_CASE("a rank inserts the addresses of the peers it sends to, not every rank
   }
 }
 
+// One fabric and one domain per NIC, shared by a process's communicators (mp_worker.cpp's subgroups): 9 communicators
+// per rank running allreduces at once, over tcp (its CQ's wait fd slept on outside the domain's lock) and udp (manual
+// progress: each endpoint's keeper takes the domain's lock too), between emulated nodes, with FORCE_MR (the domain's
+// registrations shared).
+TEST_CASE("a process's communicators share one fabric and one domain per NIC", "[mp][fabric]") {
+  const std::string provider = GENERATE(as<std::string>{}, "tcp", "udp");
+  auto options = loopback({{"HIERCOLL_FABRIC_PROVIDER", provider}, {"HIERCOLL_ALGO", "ring"},
+                           {"HIERCOLL_FABRIC_FORCE_MR", "1"}, {"HIERCOLL_TIMEOUT_MS", "60000"}});
+  options.node_of = {0, 0, 1, 1};
+  options.timeout = std::chrono::seconds(120);
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"subgroups"}, options);
+  INFO(provider << "\n" << result.report());
+  CHECK_FALSE(result.timed_out);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(result.ranks[r].exit_code == 0);
+    CHECK(result.ranks[r].output.find("subgroups: 0 mismatches") != std::string::npos);
+  }
+}
+
 // Registrations follow their pages (mp_worker.cpp's mr-pages): under HIERCOLL_FABRIC_FORCE_MR, a buffer unmapped and
 // mapped again at its address is registered anew, no call leaves its buffer's registration held, and each makes a
 // handful, not one per message: through the ring (tcp's 16 KB messages between the emulated nodes, udp's), and through

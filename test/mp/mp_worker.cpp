@@ -284,6 +284,77 @@ void run_addresses(Communicator& comm) {
   }
 }
 
+// One fabric and one domain per NIC, shared by the process's communicators (docs/design.md, "One domain per NIC"):
+// beside the job's communicator, 8 more as torch makes for its process groups (4 over every rank, 4 over pairs of
+// ranks), all running allreduces at once from their own threads; every result against the serial reference. The
+// process's census: one fabric, one domain per NIC of the rank's share whatever the number of communicators, an
+// endpoint per communicator and NIC; once the 8 are gone, the job's communicator's alone, and it still runs.
+Communicator named_communicator(const std::string& name, int rank, int size);
+void run_subgroups(Communicator& comm) {
+  const int rank = comm.rank(), n = comm.size();
+  const std::string nic = comm.fabric_nic();
+  const uint64_t nics = 1 + static_cast<uint64_t>(std::count(nic.begin(), nic.end(), ','));
+  auto census = [&](const char* when, uint64_t endpoints) {
+    const Communicator::FabricStats stats = comm.fabric_stats();
+    std::printf("CENSUS %s: %llu fabric(s), %llu domain(s), %llu endpoint(s) on %s\n", when,
+                static_cast<unsigned long long>(stats.process_fabrics),
+                static_cast<unsigned long long>(stats.process_domains),
+                static_cast<unsigned long long>(stats.process_endpoints), nic.c_str());
+    if (stats.process_fabrics != 1 || stats.process_domains != nics || stats.process_endpoints != endpoints) {
+      std::printf("MISMATCH: %s: expected 1 fabric, %llu domain(s), %llu endpoint(s)\n", when,
+                  static_cast<unsigned long long>(nics), static_cast<unsigned long long>(endpoints));
+      ++g_failures;
+    }
+  };
+  census("alone", nics);
+  {
+    struct Group {
+      Communicator comm;
+      std::vector<int> members;  // job ranks, in group rank order
+    };
+    std::vector<Group> groups;
+    for (int k = 0; k < 8; ++k) {
+      std::vector<int> members;
+      std::string name = "subgroup-" + std::to_string(k);
+      if (k % 2 == 0 || n < 4) {
+        for (int r = 0; r < n; ++r) members.push_back(k % 4 == 0 ? r : n - 1 - r);  // every rank, some reversed
+      } else {
+        const int first = rank - rank % 2;  // pairs {0,1}, {2,3}, ...
+        members = {first, first + 1};
+        if (members[1] >= n) members.pop_back();
+        name += "-pair-" + std::to_string(first);
+      }
+      const int index = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+      groups.push_back({named_communicator(name, index, static_cast<int>(members.size())), members});
+    }
+    census("with 8 subgroups", 9 * nics);
+    constexpr size_t kCount = 1 << 18;  // 1 MB: several messages per call between the emulated nodes
+    std::vector<std::vector<float>> data(groups.size(), std::vector<float>(kCount));
+    for (int round = 0; round < 3; ++round) {
+      std::vector<Work> works;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        for (size_t i = 0; i < kCount; ++i) data[g][i] = static_cast<float>((rank + 1) * (round + 1) + g + i % 7);
+        works.push_back(groups[g].comm.allreduce(data[g].data(), data[g].data(), kCount, DataType::kFloat32,
+                                                 ReduceOp::kSum));
+      }
+      for (Work& work : works) work.wait();
+      for (size_t g = 0; g < groups.size(); ++g) {
+        for (size_t i = 0; i < kCount; i += 997) {
+          double want = 0;
+          for (int member : groups[g].members)
+            want += static_cast<double>((member + 1) * (round + 1) + g + i % 7);
+          expect_equal("subgroup allreduce", DataType::kFloat32, ReduceOp::kSum, data[g].data(), i, want);
+        }
+      }
+    }
+  }
+  census("after the subgroups", nics);
+  std::vector<float> x(1000, static_cast<float>(rank));
+  comm.allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  expect_equal("allreduce after the subgroups", DataType::kFloat32, ReduceOp::kSum, x.data(), 0,
+               static_cast<double>(n) * (n - 1) / 2);
+}
+
 // Registrations follow their pages (run under HIERCOLL_FABRIC_FORCE_MR=1): allreduces in place on an mmap'd buffer,
 // then the buffer unmapped and fresh memory mapped at the same address, and allreduces there again. Every call's
 // result against the serial reference; every call makes at most kMostPerCall registrations (the operation's own pins,
@@ -1287,6 +1358,7 @@ int main(int argc, char** argv) {
     else if (scenario == "die-remap") run_die_remap(comm);
     else if (scenario == "mr-pages") run_mr_pages(comm);
     else if (scenario == "addresses") run_addresses(comm);
+    else if (scenario == "subgroups") run_subgroups(comm);
     else if (scenario == "die-after-create") run_die_after_create(comm);
     else if (scenario == "die-timed") run_die_timed(comm);
     else if (scenario == "hang") run_hang(comm);

@@ -1,6 +1,7 @@
-// libfabric transport: one FI_EP_RDM endpoint with tagged messages, one completion queue, an address
-// vector indexed by rank (FI_AV_TABLE), and registrations for providers that need registered buffers. Which provider
-// and which of its NICs: provider_choice.cpp. Registrations, where the provider needs them: mr_registry.hpp.
+// libfabric transport: one FI_EP_RDM endpoint with tagged messages, one completion queue and an address vector
+// indexed by rank (FI_AV_TABLE), on the process's domain for its NIC (fabric_domain.hpp: shared by every
+// communicator, with the registrations, for providers that need registered buffers). Which provider and which of its
+// NICs: provider_choice.cpp. Registrations: mr_registry.hpp.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -29,6 +30,7 @@
 #include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
 #include "topo/net.hpp"
+#include "transport/fabric/fabric_domain.hpp"
 #include "transport/fabric/libfabric.hpp"
 #include "transport/fabric/provider_choice.hpp"
 #include "transport/mr_registry.hpp"
@@ -41,7 +43,7 @@ namespace {
 // Whether acknowledgements, retransmits and handshakes move only inside calls: control_progress in libfabric 1.x;
 // libfabric 2.x replaces both progress fields by one, `progress`, which its headers carry and a 2.x provider may leave
 // the old ones unset beside (FI_PROGRESS_UNSPEC), and then data_progress, set alone, speaks for both. Manual data
-// progress alone (tcp's RxM) needs no keeper: fi_cq_sread drives the data while it waits.
+// progress alone (tcp's RxM) needs no keeper: fi_trywait and the reads drive the data while a rank waits.
 bool manual_control_progress(const fi_domain_attr& domain) {
   bool manual = domain.control_progress == FI_PROGRESS_MANUAL ||
                 (domain.control_progress == FI_PROGRESS_UNSPEC && domain.data_progress == FI_PROGRESS_MANUAL);
@@ -155,13 +157,12 @@ class FabricEndpoint final : public Endpoint {
       return true;
     }
     if (max_block.count() <= 0) return false;
-    if (cq_can_wait_) {
-      int timeout_ms = static_cast<int>(std::max<int64_t>(1, max_block.count() / 1000));
-      return drain_completions(&timeout_ms) > 0 || woken_.exchange(false, std::memory_order_relaxed);
-    }
-    return wait_without_cq_object(max_block);
+    return wait(max_block);
   }
 
+  // Sleeps where wait_hint() says, beside the wake eventfd, and polls; outside the domain's lock, which other
+  // communicators' threads share (fabric_domain.hpp), so nothing sleeps inside the provider (fi_cq_sread would hold
+  // it). With a CQ wait fd (tcp): until the fd turns readable, once fi_trywait found nothing pending.
   // Without a CQ wait object (EFA before libfabric 2.5, or HIERCOLL_FABRIC_CQ_WAIT=0) nothing in the provider can be
   // slept on, and its progress is manual: a peer's handshake, an acknowledgement, a retransmit move only while this
   // rank calls in, and they complete nothing the rank would see. So while a transfer is under way (requests in
@@ -171,20 +172,24 @@ class FabricEndpoint final : public Endpoint {
   // it sleeps on the wake eventfd for a pause that doubles while nothing completes (kIdlePauseMax at most, the cost of
   // a late message): an idle rank, or one whose peer is late past the window, costs a poll per pause. The keeper
   // writes the eventfd too when it completes something.
-  bool wait_without_cq_object(std::chrono::microseconds max_block) {
+  bool wait(std::chrono::microseconds max_block) {
     const auto deadline = std::chrono::steady_clock::now() + max_block;
     for (;;) {
-      const WaitHint hint = manual_wait_hint();
+      const WaitHint hint = wait_hint();
       if (hint.within.count() == 0) {
-        sched_yield();
+        // With a CQ fd, fi_trywait found work pending in the provider (RxM's segments to reassemble, its own
+        // queue's entries): poll again at once, as fi_cq_sread does; yielding there cost RxM's 512 KB messages 15%
+        // (git log -S "fi_trywait found work"). Mid-transfer on a manual provider: give the core up between polls.
+        if (cq_fd_ < 0) sched_yield();
       } else {
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
         const auto us = std::max<int64_t>(0, std::min(hint.within, left).count());
         timespec ts{};
         ts.tv_sec = static_cast<time_t>(us / 1000000);
         ts.tv_nsec = static_cast<long>((us % 1000000) * 1000);
-        pollfd fd{wake_fd_.get(), POLLIN, 0};
-        if (ppoll(&fd, 1, &ts, nullptr) > 0) {
+        pollfd fds[2] = {{wake_fd_.get(), POLLIN, 0}, {hint.fd, POLLIN, 0}};
+        const nfds_t count = hint.fd >= 0 && hint.fd != wake_fd_.get() ? 2 : 1;
+        if (ppoll(fds, count, &ts, nullptr) > 0 && (fds[0].revents & POLLIN) != 0) {
           drain_wake_fd();
           return true;  // woken (halt, new work, the keeper's completions): the caller looks at its flags
         }
@@ -197,28 +202,24 @@ class FabricEndpoint final : public Endpoint {
     }
   }
 
-  // With a CQ wait object: its fd where the provider offers one (FI_WAIT_FD), to sleep on once fi_trywait says
-  // nothing is pending that the fd would miss. Without one: the manual path's pause.
+  // With a CQ wait fd (FI_WAIT_FD): the fd, to sleep on once fi_trywait says nothing is pending that the fd would
+  // miss. Without one: the manual path's pause.
   WaitHint wait_hint() override {
-    if (!cq_can_wait_ || cq_fd_ < 0) return manual_wait_hint();
+    if (cq_fd_ < 0) return manual_wait_hint();
     WaitHint hint;
     hint.fd = cq_fd_;
+    auto lock = driving();
     fid* cq = &cq_->fid;
-    if (fi_trywait(fabric_, &cq, 1) != 0) hint.within = std::chrono::microseconds(0);
+    if (fi_trywait(domain_->fabric(), &cq, 1) != 0) hint.within = std::chrono::microseconds(0);
     return hint;
   }
 
-  // fi_cq_signal is libfabric's one call meant for another thread: it ends a blocked fi_cq_sread. Without a wait
-  // object the wait sleeps on an eventfd instead, which this ends.
+  // Every wait sleeps beside the wake eventfd (wait()), which this writes: no call into the provider from a thread
+  // that does not hold the domain's lock.
   void wake() override {
-    if (cq_can_wait_) {
-      woken_.store(true, std::memory_order_relaxed);
-      fi_cq_signal(cq_);
-    } else {
-      const uint64_t one = 1;
-      if (::write(wake_fd_.get(), &one, sizeof one) < 0) {
-      }  // the counter is saturated: a wake is pending anyway
-    }
+    const uint64_t one = 1;
+    if (::write(wake_fd_.get(), &one, sizeof one) < 0) {
+    }  // the counter is saturated: a wake is pending anyway
   }
 
   std::shared_ptr<const void> pin(const void* buffer, size_t bytes) override {
@@ -229,9 +230,9 @@ class FabricEndpoint final : public Endpoint {
 
   Stats stats() const override {
     Stats stats;
-    if (registry_) {
-      stats.registrations_made = registry_->registrations();
-      stats.registrations_held = registry_->live();
+    if (needs_mr_) {
+      stats.registrations_made = domain_->registrations_made();
+      stats.registrations_held = domain_->registrations_held();
     }
     stats.addresses_inserted = inserted_.load(std::memory_order_relaxed);
     return stats;
@@ -292,7 +293,7 @@ class FabricEndpoint final : public Endpoint {
     for (FabricRequest* request : in_flight_) {
       fi_cancel(&ep_->fid, request->context());
     }
-    for (int i = 0; i < 10 && !in_flight_.empty(); ++i) drain_completions(nullptr);
+    for (int i = 0; i < 10 && !in_flight_.empty(); ++i) drain_completions();
     if (in_flight_.empty()) return;
     HIERCOLL_LOG(kInfo, "fabric: closing the endpoint: " << in_flight_.size()
                                                          << " request(s) the provider would not cancel (" << reason
@@ -303,10 +304,10 @@ class FabricEndpoint final : public Endpoint {
   }
 
  private:
-  // Where control progress is manual, the keeper thread calls into the provider too (keep_progress), so every call
-  // holds drive_mutex_; elsewhere one thread drives the endpoint (the contract) and this locks nothing.
-  std::unique_lock<std::mutex> driving() {
-    return manual_control_ ? std::unique_lock<std::mutex>(drive_mutex_) : std::unique_lock<std::mutex>();
+  // Every call into the provider holds the domain's lock (FI_THREAD_DOMAIN, fabric_domain.hpp): other communicators'
+  // endpoints share the domain, and where control progress is manual the keeper thread calls in too.
+  std::unique_lock<std::recursive_mutex> driving() {
+    return domain_ ? domain_->lock() : std::unique_lock<std::recursive_mutex>();
   }
 
   // Whether a transfer is under way: a request the provider still owes, and a sign of life (a completion, or a post
@@ -386,7 +387,7 @@ class FabricEndpoint final : public Endpoint {
     auto lock = driving();
     post_backlog();
     const bool were_owed = !in_flight_.empty();
-    const bool completed = drain_completions(nullptr) > 0;
+    const bool completed = drain_completions() > 0;
     if (completed) note_completions(were_owed);
     return completed;
   }
@@ -431,17 +432,18 @@ class FabricEndpoint final : public Endpoint {
   void open(const FabricOptions& options) {
     wake_fd_ = base::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_fd_.valid()) throw SystemError(std::string("fabric: eventfd: ") + std::strerror(errno));
-    check_fi("fi_fabric", libfabric().fabric(info_->fabric_attr, &fabric_, nullptr));
-    check_fi("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
+    domain_ = FabricDomain::open(*info_);
+    auto lock = driving();
+    fid_domain* const shared_domain = domain_->domain();
 
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
-    check_fi("fi_av_open", fi_av_open(domain_, &av_attr, &av_, nullptr));
+    check_fi("fi_av_open", fi_av_open(shared_domain, &av_attr, &av_, nullptr));
 
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
     cq_attr.size = 4096;
-    // A wait object lets progress() sleep in the provider instead of polling. Not where the provider's control
+    // A wait fd lets progress() sleep until the provider has something instead of polling. Not where the provider's control
     // progress is manual (udp;ofi_rxd, efa): its acknowledgements, retransmits and handshakes move only inside
     // calls, and a rank asleep in the wait object makes none, so a lost acknowledgement stalls the sender (commit
     // ecff805). EFA before libfabric 2.5 has no wait object anyway (fi_cq_open fails), and HIERCOLL_FABRIC_CQ_WAIT=0
@@ -449,79 +451,69 @@ class FabricEndpoint final : public Endpoint {
     // Nor on shm (libfabric 1.17): its fi_cq_sread yields in a loop instead of sleeping, and now and then misses both
     // the message and its own timeout, leaving start-up stuck past the communicator's timeout (commit ecff805).
     manual_control_ = manual_control_progress(*info_->domain_attr);
-    const bool sread_works = !manual_control_ && provider() != "shm";
-    // An fd first (FI_WAIT_FD), which a striped endpoint sleeps on beside its other rails' (wait_hint); else whatever
-    // wait object the provider has, which fi_cq_sread alone sleeps in.
-    if (options.cq_wait && sread_works) {
+    const bool fd_wait_works = !manual_control_ && provider() != "shm";
+    // Only an fd (FI_WAIT_FD), slept on outside the domain's lock (wait()); a provider without one is polled as the
+    // manual-progress ones are.
+    if (options.cq_wait && fd_wait_works) {
       cq_attr.wait_obj = FI_WAIT_FD;
-      if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) == 0) {
+      if (fi_cq_open(shared_domain, &cq_attr, &cq_, nullptr) == 0) {
         int fd = -1;
-        if (fi_control(&cq_->fid, FI_GETWAIT, &fd) == 0) cq_fd_ = fd;
+        if (fi_control(&cq_->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) {
+          cq_fd_ = fd;
+        } else {
+          close_object(&cq_->fid, "fi_close(completion queue)");
+          cq_ = nullptr;
+        }
       } else {
-        cq_attr.wait_obj = FI_WAIT_UNSPEC;
-        if (fi_cq_open(domain_, &cq_attr, &cq_, nullptr) != 0) cq_ = nullptr;
+        cq_ = nullptr;
       }
-      cq_can_wait_ = cq_ != nullptr;
     }
-    if (!cq_can_wait_) {
+    if (cq_ == nullptr) {
       cq_attr.wait_obj = FI_WAIT_NONE;
-      check_fi("fi_cq_open", fi_cq_open(domain_, &cq_attr, &cq_, nullptr));
+      check_fi("fi_cq_open", fi_cq_open(shared_domain, &cq_attr, &cq_, nullptr));
     }
 
-    check_fi("fi_endpoint", fi_endpoint(domain_, info_, &ep_, nullptr));
+    check_fi("fi_endpoint", fi_endpoint(shared_domain, info_, &ep_, nullptr));
     check_fi("fi_ep_bind(av)", fi_ep_bind(ep_, &av_->fid, 0));
     check_fi("fi_ep_bind(cq)", fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV));
     check_fi("fi_enable", fi_enable(ep_));
 
+    FabricDomain::endpoint_opened();
+    counted_ = true;
+
     needs_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || options.force_mr;
     rxm_buffer_bytes_ = options.rxm_buffer_bytes;
-    if (needs_mr_) {
-      // Where the provider does not choose keys (no FI_MR_PROV_KEY), every live registration needs its own: a second
-      // one asking for the key of the first fails with "Required key not available".
-      const bool provider_keys = (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
-      registry_ = std::make_unique<MrRegistry>(
-          [this, provider_keys](uintptr_t begin, size_t length) {
-            fid_mr* mr = nullptr;
-            const uint64_t key = provider_keys ? 0 : next_mr_key_++;
-            check_fi("fi_mr_reg", fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0,
-                                            key, 0, &mr, nullptr));
-            MrRegistry::Registration reg;
-            reg.handle = mr;
-            reg.descriptor = fi_mr_desc(mr);
-            return reg;
-          },
-          [](const MrRegistry::Registration& reg) {
-            close_object(&static_cast<fid_mr*>(reg.handle)->fid, "fi_close(memory registration)");
-          });
-    }
     const Libfabric& lib = libfabric();
     HIERCOLL_LOG(kInfo, "fabric: provider " << provider() << " (libfabric API " << fabric_version_text(lib.api())
                                             << ", library " << fabric_version_text(lib.version()) << "), NIC "
                                             << domain() << " (" << nic_why_
                                             << "), progress " << (manual_control_ ? "manual" : "auto")
-                                            << ", cq wait " << (cq_can_wait_ ? "yes" : "no") << ", mr "
+                                            << ", cq wait " << (cq_fd_ >= 0 ? "fd" : "none") << ", mr "
                                             << (needs_mr_ ? "registered" : "not needed"));
   }
 
-  // Closes whatever is open, children before parents; safe on a partly opened endpoint.
+  // Closes whatever is open, children before parents; safe on a partly opened endpoint. The domain closes with its
+  // last endpoint and registration (fabric_domain.hpp).
   void close() {
-    close_object(ep_ ? &ep_->fid : nullptr, "fi_close(endpoint)");
-    // The closed endpoint completes nothing more: what it still held can go, and with it the registrations they
-    // held, before the cache and the domain.
-    if (!in_flight_.empty())
-      HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
-    for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, "endpoint closed");
-    registry_.reset();  // what no buffer of the owner's still holds is deregistered by now, before the domain
-    close_object(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
-    close_object(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
-    close_object(domain_ ? &domain_->fid : nullptr, "fi_close(domain)");
-    close_object(fabric_ ? &fabric_->fid : nullptr, "fi_close(fabric)");
+    {
+      auto lock = driving();
+      close_object(ep_ ? &ep_->fid : nullptr, "fi_close(endpoint)");
+      // The closed endpoint completes nothing more: what it still held can go, and with it the registrations they
+      // held.
+      if (!in_flight_.empty())
+        HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
+      for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_))
+        finish(request, false, "endpoint closed");
+      close_object(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
+      close_object(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
+      ep_ = nullptr;
+      cq_ = nullptr;
+      av_ = nullptr;
+    }
+    if (counted_) FabricDomain::endpoint_closed();
+    counted_ = false;
+    domain_.reset();
     if (info_) libfabric().freeinfo(info_);  // info_ exists only once libfabric loaded
-    ep_ = nullptr;
-    cq_ = nullptr;
-    av_ = nullptr;
-    domain_ = nullptr;
-    fabric_ = nullptr;
     info_ = nullptr;
   }
   std::shared_ptr<FabricRequest> make_request(bool is_send, int peer, Tag tag, size_t bytes, const void* buffer) {
@@ -534,14 +526,15 @@ class FabricEndpoint final : public Endpoint {
     return request;
   }
 
+  // Under driving().
   MrRegistry::Lease acquire_registration(const void* buffer, size_t bytes) {
-    const uint64_t made = registry_->registrations();
-    MrRegistry::Lease lease = registry_->acquire(buffer, bytes);
-    if (registry_->registrations() != made) {
+    const uint64_t made = domain_->registrations_made();
+    MrRegistry::Lease lease = domain_->register_memory(buffer, bytes);
+    if (domain_->registrations_made() != made) {
       HIERCOLL_LOG(kTrace, "fabric: registered " << (lease->end - lease->begin) << " B at 0x" << std::hex << lease->begin
-                                                << std::dec << "; " << registry_->live() << " held, "
-                                                << registry_->registrations() << " made, " << registry_->reuses()
-                                                << " reused");
+                                                << std::dec << " on " << domain() << "; "
+                                                << domain_->registrations_held() << " held, "
+                                                << domain_->registrations_made() << " made");
     }
     return lease;
   }
@@ -607,25 +600,29 @@ class FabricEndpoint final : public Endpoint {
     request->self.reset();  // may free the request: touch nothing after this
   }
 
-  // Reads completions; `timeout_ms` non-null: wait for them in the provider's wait object.
-  int drain_completions(int* timeout_ms) {
+  // Under driving().
+  void complete(const fi_cq_tagged_entry* entries, ssize_t n) {
+    for (ssize_t i = 0; i < n; ++i) {
+      FabricRequest* request = FabricRequest::from_context(entries[i].op_context);
+      if (!request->is_send) {
+        request->bytes_done = entries[i].len;
+        request->tag = entries[i].tag;
+      } else {
+        request->bytes_done = request->bytes_posted;
+      }
+      finish(request, true, {});
+    }
+  }
+
+  // Reads the completions there are, without waiting. Under driving().
+  int drain_completions() {
     fi_cq_tagged_entry entries[32];
     int completed = 0;
     for (;;) {
-      ssize_t n = timeout_ms ? fi_cq_sread(cq_, entries, 32, nullptr, *timeout_ms) : fi_cq_read(cq_, entries, 32);
+      const ssize_t n = fi_cq_read(cq_, entries, 32);
       if (n > 0) {
-        for (ssize_t i = 0; i < n; ++i) {
-          FabricRequest* request = FabricRequest::from_context(entries[i].op_context);
-          if (!request->is_send) {
-            request->bytes_done = entries[i].len;
-            request->tag = entries[i].tag;
-          } else {
-            request->bytes_done = request->bytes_posted;
-          }
-          finish(request, true, {});
-        }
+        complete(entries, n);
         completed += static_cast<int>(n);
-        timeout_ms = nullptr;
         continue;
       }
       if (n == -FI_EAVAIL) {
@@ -648,13 +645,10 @@ class FabricEndpoint final : public Endpoint {
           finish(request, false, text);
           ++completed;
         }
-        timeout_ms = nullptr;
         continue;
       }
-      // -FI_ECANCELED: woken by wake() (fi_cq_signal), in libfabric versions that say so instead of -FI_EAGAIN.
-      if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_EINTR || (timeout_ms && n == -FI_ECANCELED))
-        return completed;
-      throw FabricError(fi_message(timeout_ms ? "fi_cq_sread" : "fi_cq_read", n));
+      if (n == -FI_EAGAIN || n == -FI_EINTR) return completed;
+      throw FabricError(fi_message("fi_cq_read", n));
     }
   }
 
@@ -672,35 +666,30 @@ class FabricEndpoint final : public Endpoint {
 
   fi_info* info_ = nullptr;
   std::string nic_why_;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
+  std::shared_ptr<FabricDomain> domain_;  // shared with the process's other endpoints on this NIC
+  bool counted_ = false;                  // in fabric_census()'s endpoints
   fid_av* av_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
-  bool cq_can_wait_ = false;
   bool manual_control_ = false;  // acknowledgements and retransmits only inside calls: the keeper runs
-  std::mutex drive_mutex_;       // held by every call into the provider where manual_control_ (driving())
   std::atomic<int64_t> last_call_ns_{0};
   std::mutex keeper_mutex_;
   std::condition_variable keeper_cv_;
   bool keeper_stop_ = false;  // under keeper_mutex_
   std::thread keeper_;
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
-  int cq_fd_ = -1;          // the CQ's wait fd (FI_WAIT_FD), where cq_can_wait_ and the provider offers one
-  std::atomic<bool> woken_{false};  // wake() during fi_cq_sread
+  int cq_fd_ = -1;          // the CQ's wait fd (FI_WAIT_FD), where the provider offers one and waiting on it works
   uint32_t idle_polls_ = 0;
   // in_transfer()'s clock, under driving(): the last completion or post onto an idle endpoint, and the average gap
   // between completions while requests were in flight (kFirstGap until a completion says otherwise).
   int64_t last_activity_ns_ = 0;
   int64_t completion_gap_ns_ = kFirstGap.count();
   bool needs_mr_ = false;
-  uint64_t next_mr_key_ = 1;
   size_t rxm_buffer_bytes_ = 0;
   int my_rank_ = -1;
   std::vector<fi_addr_t> peers_;                 // FI_ADDR_NOTAVAIL until the first send to the rank (peer_address)
   std::vector<std::vector<uint8_t>> addresses_;  // every rank's address, as connect() got them
   std::atomic<uint64_t> inserted_{0};            // addresses peer_address() inserted (stats())
-  std::unique_ptr<MrRegistry> registry_;
   std::unordered_set<FabricRequest*> in_flight_;
   struct Pending {
     std::shared_ptr<FabricRequest> request;
