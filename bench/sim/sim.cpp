@@ -6,8 +6,11 @@
 //   hiercoll_sim albert --nodes 1,2,4,8,16 [--compute-ms 250] [--grad-mb 46.8] [--sharded-net-gbps G] [link flags]
 // Link flags: --intra-gbps (per-rank intra-node bandwidth, GB/s) --intra-lat-us --net-gbps (per-node network
 // bandwidth over all NICs, GB/s) --net-lat-us --net-overhead-us (CPU per message sent or received) --ranks-per-cpu
-// (ranks sharing each core; 1: a core each). Defaults: a p4d-like node, 8 x A100 on NVLink (150 GB/s, 5 us) and
+// (ranks sharing each core; 1: a core each) --nics N --nic-gbps G (the node's network as N NICs of G GB/s each, in
+// place of --net-gbps: as many of them as the node's ranks drive, every one where a rank stripes over its share, the
+// library's way, or one per rank with --stripe 0, as before striping). Defaults: a p4d-like node, 8 x A100 on NVLink (150 GB/s, 5 us) and
 // 4 x 100 Gb/s EFA at the ~12.5 GB/s NCCL reached over it (30 us), HIERCOLL_NET_OVERHEAD_US's default, a core each.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +33,10 @@ struct Options {
   std::vector<double> bytes = {64 << 20};
   double compute_ms = 100, grad_mb = 46.8, overlap = 0.66, bucket_mb = 25;
   double sharded_net_gbps = 0;  ///< the network as the sharded servers' flows see it (0: as the ring sees it)
+  int nics = 0;                 ///< NICs per node (0: --net-gbps gives the node's network)
+  double nic_gbps = 12.5;       ///< each NIC's rate
+  bool stripe = true;           ///< a rank drives every NIC of its share (transport/striped_endpoint.hpp)
+  int nics_used = 0;
   CostModel model = CostModel::from(hiercoll::base::Settings::defaults());
 };
 
@@ -76,7 +83,16 @@ Options parse(int argc, char** argv) {
     else if (flag == "--overlap") o.overlap = std::atof(value.c_str());
     else if (flag == "--bucket-mb") o.bucket_mb = std::atof(value.c_str());
     else if (flag == "--sharded-net-gbps") o.sharded_net_gbps = std::atof(value.c_str());
+    else if (flag == "--nics") o.nics = std::atoi(value.c_str());
+    else if (flag == "--nic-gbps") o.nic_gbps = std::atof(value.c_str());
+    else if (flag == "--stripe") o.stripe = std::atoi(value.c_str()) != 0;
     else throw std::runtime_error("unknown flag " + flag);
+  }
+  if (o.nics > 0) {
+    // Ranks take NICs by position (transport/fabric/nic_choice.hpp): where NICs outnumber ranks each rank's share is
+    // several, all driven when it stripes, only the first otherwise.
+    o.nics_used = o.stripe ? o.nics : std::min(o.nics, o.local);
+    o.model.net.bandwidth_gbps = o.nics_used * o.nic_gbps;
   }
   return o;
 }
@@ -149,6 +165,9 @@ int main(int argc, char** argv) {
   try {
     Options o = parse(argc, argv);
     if (o.mode == "allreduce") {
+      if (o.nics > 0)
+        std::printf("# %d of %d NICs per node driven, %.1f GB/s of network per node\n", o.nics_used, o.nics,
+                    o.model.net.bandwidth_gbps);
       std::printf("nodes,local,bytes,algorithm,seconds,busbw_gbps\n");
       for (int nodes : o.nodes) {
         Layout layout = cluster(nodes, o.local);
@@ -178,6 +197,9 @@ int main(int argc, char** argv) {
           "overlappable; net %.1f GB/s %.0f us per node (sharded servers: %.1f GB/s), intra %.0f GB/s %.0f us\n",
           o.compute_ms, o.grad_mb, o.bucket_mb, o.overlap * 100, o.model.net.bandwidth_gbps, o.model.net.latency_us,
           servers.net.bandwidth_gbps, o.model.shm.bandwidth_gbps, o.model.shm.latency_us);
+      if (o.nics > 0)
+        std::printf("# %d of %d NICs per node driven, %.1f GB/s of network per node\n", o.nics_used, o.nics,
+                    o.model.net.bandwidth_gbps);
       std::printf(
           "nodes,gpus,allreduce_hier_ms,allreduce_ring_ms,step_hier_ms,step_ring_ms,efficiency_hier,"
           "efficiency_ring,speedup_hier_vs_ring,allreduce_sharded_ms,step_sharded_ms,speedup_sharded_vs_ring\n");
