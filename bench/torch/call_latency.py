@@ -4,8 +4,8 @@ round by round, on the same tensors. `fake` is torch's no-op backend (torch.test
 what torch itself costs per call, the floor under every backend. `cxx` is hiercoll's C++ API called from C++ in these
 same processes on the same tensors (CPU only; a group of its own): with it beside `hiercoll` and `fake`, what the
 binding adds (hiercoll - cxx - fake) is measured in one run, free of the drift between separate benchmark runs.
-`hiercoll-nofr` is hiercoll with torch's flight recorder hook detached: torch >= 2.15 attaches one to every group of a
-backend that does not record natively (as `fake` and gloo do), and the two side by side give the hook's cost.
+`hiercoll-nofr` is hiercoll without torch's flight record: its native recording turned off for that group (or, with an
+adapter that leaves the recording to torch, torch's hook detached), and the two side by side give the recording's cost.
 
     # one process (a GPU, or one CPU rank)
     PYTHONPATH=build/python python bench/torch/call_latency.py --device cuda --backends hiercoll,nccl,fake
@@ -45,17 +45,26 @@ def make_group(backend):
     elif backend in ("hiercoll", "hiercoll-nofr", "cxx"):
         import hiercoll_torch  # noqa: F401
         group = dist.new_group(backend="hiercoll")
-        if backend == "hiercoll-nofr":  # without the flight recorder torch >= 2.15 attaches (TORCH_FR_BUFFER_SIZE=0)
+        if backend == "hiercoll-nofr":  # without torch's flight record (TORCH_FR_BUFFER_SIZE=0's effect)
             hook = getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {}).pop(group, None)
-            if hook is not None:
+            if hook is not None:  # an adapter that leaves the recording to torch's hook
                 hook.remove()
+            if getattr(hiercoll_torch._C, "records_flight_natively", False):
+                hiercoll_torch._C._record_flight(hiercoll_torch._backend_of(group), False)
         return group
     return dist.new_group(backend=backend)
 
 
-def flight_recorded(group):
-    """Whether torch's flight recorder hook is attached to `group` (torch >= 2.15, not TORCH_FR_BUFFER_SIZE=0)."""
-    return group in getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {})
+def flight_recorded(group, backend):
+    """Whether `group`'s calls go into torch's flight record (torch >= 2.15, not TORCH_FR_BUFFER_SIZE=0): through the
+    hook torch attaches to a backend that does not record natively, or hiercoll's own recording."""
+    if group in getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", {}):
+        return True
+    if backend in ("hiercoll", "hiercoll-nofr", "cxx"):
+        import hiercoll_torch
+        if getattr(hiercoll_torch._C, "records_flight_natively", False):
+            return hiercoll_torch._C._record_flight(hiercoll_torch._backend_of(group))
+    return False
 
 
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor")
@@ -148,7 +157,7 @@ def main():
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     groups = {b: make_group(b) for b in backends}
-    recorded = {b: flight_recorded(g) for b, g in groups.items()}
+    recorded = {b: flight_recorded(g, b) for b, g in groups.items()}
 
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = {}  # (op, bytes, backend): rank 0's µs per call, round by round

@@ -45,6 +45,7 @@ void WorkHiercoll::complete(std::exception_ptr error) {
   if (!error) {
     duration_ms_ = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start_).count();
   }
+  if (!error) GroupRecord::retire(record_, duration_ms_);
   finish(error);  // isCompleted() from here on: a flight-recorder post-hook that sees it retires the entry itself
 #if HIERCOLL_TORCH_HAS_HOOKS  // no hooks to tell before it
   if (!error && hooks_ != nullptr && hooks_->wants_completions()) hooks_->completed(getCompletionKey(), duration_ms_);

@@ -14,6 +14,7 @@
 #include "compat.hpp"
 #include "hiercoll/communicator.hpp"
 #include "hooks.hpp"
+#include "recorder.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll_torch {
@@ -67,6 +68,8 @@ class WorkHiercoll : public c10d::Work {
   /// device and returns without blocking the host, as ProcessGroupNCCL's does. Others block until complete.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;  // 0: c10d's "no timeout"
   void order_streams_after(std::vector<hiercoll::Work> works) { stream_ordered_ = std::move(works); }
+  /// Its entry in torch's flight record (recorder.hpp): retired when the call completes successfully.
+  void set_record(GroupRecord::Entry entry) { record_ = entry; }
   /// A receive: sourceRank() is the sender `receive` names once complete (what recv from any source returns).
   void set_receive(hiercoll::Work receive) { receive_ = std::move(receive); }
   int sourceRank() const override;
@@ -87,6 +90,7 @@ class WorkHiercoll : public c10d::Work {
   friend class CompletionThread;
   static c10::TypePtr list_of_tensors();  // the type of the future's value
   std::shared_ptr<const GroupHooks> hooks_;
+  GroupRecord::Entry record_;
   std::chrono::steady_clock::time_point start_;
   float duration_ms_ = -1;  // set once, before the Work is marked completed
   std::vector<at::Tensor> outputs_;

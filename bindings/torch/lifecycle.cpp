@@ -37,6 +37,7 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupHiercoll::getBackendOptio
 void ProcessGroupHiercoll::setTimeout(std::chrono::milliseconds timeout) {
   issue("set_timeout", rank_, [&] { comm().set_timeout(timeout); });
   timeout_ = timeout;
+  if (record_) record_->set_timeout(timeout);
 }
 
 #if HIERCOLL_TORCH_HAS_BACKEND_SPLIT
@@ -186,6 +187,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reconfigure(const c10d::Rec
     global_ranks_ = std::move(global);
     reconfigure_uuid_ = opts.uuid;
     sequence_ = 0;
+    p2p_sequence_ = 0;
+    if (record_) record_ = std::make_unique<GroupRecord>(rank_, global_ranks_, timeout_);  // a group of its own
     auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
     done->markCompleted(c10::IValue(std::vector<at::Tensor>()));
     return c10d::Work::create_from_future(done);

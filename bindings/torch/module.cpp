@@ -39,6 +39,19 @@ PYBIND11_MODULE(_C, m) {
       py::arg("global_ranks") = std::vector<uint64_t>(), py::arg("deferred") = false,
       // Joining blocks on the store and on peers: let other Python threads run meanwhile.
       py::call_guard<py::gil_scoped_release>());
+  m.attr("records_flight_natively") = py::bool_(hiercoll_torch::GroupRecord::native());
+  m.def(
+      "_record_flight",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, std::optional<bool> on) {
+        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
+        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        hiercoll_torch::GroupRecord* record = ours->flight_record();
+        if (record != nullptr && on) record->enable(*on);
+        return record != nullptr && record->enabled();
+      },
+      py::arg("group"), py::arg("on") = std::nullopt,
+      "Whether the group's calls go into torch's flight record natively; `on` turns that on or off (the benchmark's "
+      "recorder-off column).");
   m.def(
       "allreduce_algorithm",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {

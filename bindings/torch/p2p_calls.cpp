@@ -85,7 +85,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::gather_to_root(const at::Te
   CallTensors tensors;
   tensors.keep(to_peer[root]);
   for (size_t i = 0; i < parts.size(); ++i) tensors.result_in(parts[i], from_peer[i]);
-  return submit(c10d::OpType::GATHER, std::move(works), std::move(result), std::move(tensors));
+  return submit(c10d::OpType::GATHER, std::move(works), std::move(result), std::move(tensors), {input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::scatter(std::vector<at::Tensor>& outputs,
@@ -138,7 +138,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::alltoall(std::vector<at::Te
     CallTensors tensors;
     tensors.in_use = to_peer;
     for (int peer = 0; peer < size_; ++peer) tensors.result_in(outputs[peer], from_peer[peer]);
-    return submit(c10d::OpType::ALLTOALL, std::move(works), outputs, std::move(tensors));
+    return submit(c10d::OpType::ALLTOALL, std::move(works), outputs, std::move(tensors), inputs);
   });
 }
 

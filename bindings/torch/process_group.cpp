@@ -25,7 +25,37 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store
       global_ranks_(std::move(global_ranks)),
       nonce_(std::random_device()()) {
   completion_.on_group_failure([this] { after_failure(); });
+  if (GroupRecord::native()) {
+    record_ = std::make_unique<GroupRecord>(rank, global_ranks_, timeout);
+    // torch attaches no hook to a group that records itself, so none would dump the record on failure: this does.
+    hooks_->add_abort(kDumpHook, [] { GroupRecord::dump(); });
+  }
   if (!deferred) comm_ = connect(std::make_shared<TorchStore>(store_), rank, size, timeout, generation_);
+}
+
+// The op as torch's flight record names it after "hiercoll:" (torch's own hook used the same names).
+const char* ProcessGroupHiercoll::recorded_name(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return "broadcast";
+    case c10d::OpType::ALLREDUCE: return "all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED: return "all_reduce_coalesced";
+    case c10d::OpType::REDUCE: return "reduce";
+    case c10d::OpType::ALLGATHER: return "all_gather";
+    case c10d::OpType::_ALLGATHER_BASE: return "all_gather_into_tensor";
+    case c10d::OpType::ALLGATHER_COALESCED: return "all_gather_coalesced";
+    case c10d::OpType::GATHER: return "gather";
+    case c10d::OpType::SCATTER: return "scatter";
+    case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "reduce_scatter_tensor";
+    case c10d::OpType::ALLTOALL_BASE: return "all_to_all_single";
+    case c10d::OpType::ALLTOALL: return "all_to_all";
+    case c10d::OpType::SEND: return "send";
+    case c10d::OpType::RECV: return "recv";
+    case c10d::OpType::RECVANYSOURCE: return "recv_any_source";
+    case c10d::OpType::BARRIER: return "barrier";
+    case c10d::OpType::COALESCED: return "coalesced";
+    default: return "unknown";
+  }
 }
 
 ProcessGroupHiercoll::~ProcessGroupHiercoll() {
@@ -72,10 +102,16 @@ hiercoll::Communicator& ProcessGroupHiercoll::comm() {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, std::vector<hiercoll::Work> works,
-                                                            std::vector<at::Tensor> outputs, CallTensors tensors) {
+                                                            std::vector<at::Tensor> outputs, CallTensors tensors,
+                                                            const std::vector<at::Tensor>& inputs) {
   // Collectives only, as ProcessGroupNCCL's seqCollective_: ranks issue different point-to-point calls.
-  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++sequence_;
+  const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV || type == c10d::OpType::RECVANYSOURCE;
+  const uint64_t sequence = p2p ? ++p2p_sequence_ : ++sequence_;
   auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_, outputs, std::move(tensors));
+  if (record_) {
+    handle->set_record(record_->record(*this, recorded_name(type), sequence, p2p, inputs.empty() ? outputs : inputs,
+                                       outputs));
+  }
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
   bool in_place = handle->in_place() && !outputs.empty();
   for (const auto& t : outputs) in_place = in_place && on_device(t);
@@ -233,7 +269,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
     CallTensors results;
     results.keep(h);
     results.results_in(outs, gathered);  // each output has the input's size
-    return submit(c10d::OpType::ALLGATHER, {work}, outs, std::move(results));
+    return submit(c10d::OpType::ALLGATHER, {work}, outs, std::move(results), {in});
   });
 }
 
@@ -249,7 +285,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_gather_single(at::Tenso
     at::Tensor hout = working(output);
     auto work = comm().allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
                                 stream_of(output));
-    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged(output, hout, {hin}));
+    return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged(output, hout, {hin}), {input});
   });
 }
 
@@ -322,7 +358,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
     at::Tensor hout = host(out);
     auto work = comm().reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
                                      reduce_op(opts.reduceOp, out, "reduce_scatter"));
-    return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, staged(out, hout, {fused}));
+    return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, staged(out, hout, {fused}), inputs[0]);
   });
 }
 
@@ -339,7 +375,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_single(at::T
     auto work =
         comm().reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
                              reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
-    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged(output, hout, {hin}));
+    return submit(c10d::OpType::_REDUCE_SCATTER_BASE, {work}, {output}, staged(output, hout, {hin}), {input});
   });
 }
 
@@ -370,7 +406,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tenso
       at::Tensor hin = working(input), hout = working(output);
       auto work = comm().alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_, data_type(input, "alltoall"),
                                  stream_of(output));
-      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged(output, hout, {hin}));
+      return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged(output, hout, {hin}), {input});
     }
 
     at::Tensor hin = host(input);
@@ -397,7 +433,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tenso
       return parts;
     };
     auto works = exchange(splits(input_split_sizes, hin, "input"), splits(output_split_sizes, hout, "output"));
-    return submit(c10d::OpType::ALLTOALL_BASE, std::move(works), {output}, staged(output, hout, {hin}));
+    return submit(c10d::OpType::ALLTOALL_BASE, std::move(works), {output}, staged(output, hout, {hin}), {input});
   });
 }
 

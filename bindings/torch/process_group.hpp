@@ -1,11 +1,13 @@
 #pragma once
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 
 #include "compat.hpp"
 #include "completion.hpp"
+#include "recorder.hpp"
 #include "hiercoll/communicator.hpp"
 
 namespace hiercoll_torch {
@@ -180,14 +182,18 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   hiercoll::Communicator& communicator() { return comm(); }
+  /// torch's flight record of this group's calls, where this adapter records natively (recorder.hpp); else null.
+  GroupRecord* flight_record() { return record_.get(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts);
   // `tensors`: every tensor hiercoll reads or writes that the caller does not hold (host copies of CUDA tensors,
   // fused buffers), and where results go; the Work owns them until it completes.
+  // `inputs`: what the call reads, as torch's flight record lists it (empty: the outputs, as in place).
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<hiercoll::Work> works,
-                                        std::vector<at::Tensor> outputs, CallTensors tensors = {});
+                                        std::vector<at::Tensor> outputs, CallTensors tensors = {},
+                                        const std::vector<at::Tensor>& inputs = {});
   // Hands an issued call to the completion thread, or to the open coalescing block.
   void enqueue(CompletionThread::Pending pending);
   // Runs `calls` (issuing collectives) and returns one Work for all of them.
@@ -228,12 +234,18 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   // Shared with the Works, which tell it as they complete, and with a failure task under way, which the group's
   // last reference may leave from inside a hook.
   const std::shared_ptr<GroupHooks> hooks_ = std::make_shared<GroupHooks>();
+  // torch's flight record of this group's calls (recorder.hpp); replaced by reconfigure(), between calls only.
+  std::unique_ptr<GroupRecord> record_;
   std::mutex abort_mutex_;
   bool communicator_aborted_ = false;  // under abort_mutex_: comm_ was aborted (after a failure, or asked to)
   uint64_t generation_ = 0;            // under abort_mutex_: which communicator comm_ is (reconfigure counts up)
   std::atomic<uint64_t> failed_generation_{0};  // the communicator whose failure completion_ heard last
   std::atomic<bool> shut_down_{false};          // shutdown() said goodbye: the group has no communicator now
   std::atomic<uint64_t> sequence_{0};  // collectives issued: torch compares it across ranks to spot a desync
+  std::atomic<uint64_t> p2p_sequence_{0};  // point-to-point calls issued (the flight record's p2p_seq_id)
+  // The abort hook that dumps the group's own flight record (recorder.hpp), below any id torch hands out.
+  static constexpr int64_t kDumpHook = std::numeric_limits<int64_t>::min();
+  static const char* recorded_name(c10d::OpType type);
   // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
   // abort instead of waiting the group's whole timeout for them.
   std::atomic<bool> barrier_failed_{false};

@@ -58,6 +58,11 @@ def _register():
         return  # imported twice
     # CUDA tensors stay on the device where hiercoll was built with CUDA (docs/torch.md says which calls stage).
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])
+    # hiercoll records into torch's flight recorder itself (bindings/torch/recorder.hpp): torch then attaches no hook
+    # of its own to its groups, which cost more per call than the rest of the binding.
+    self_recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if getattr(_C, "records_flight_natively", False) and self_recording is not None:
+        self_recording.add(BACKEND_NAME)
     _fix_shrunk_groups()
 
 

@@ -1,0 +1,107 @@
+#include "recorder.hpp"
+
+#include <c10/util/Logging.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#if HIERCOLL_TORCH_RECORDS_NATIVELY
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#endif
+
+namespace hiercoll_torch {
+
+#if HIERCOLL_TORCH_RECORDS_NATIVELY
+namespace {
+
+constexpr const char* kBackend = "hiercoll";
+
+// torch's instance for the backend, the one its dump functions read (recorder.hpp says why not get()).
+c10d::FlightRecorder<c10::Event>* recorder() {
+  static c10d::FlightRecorder<c10::Event>* const instance = c10d::getFlightRecorder(kBackend);
+  return instance;
+}
+
+// torch's convention for its switches: the first of the names that is set decides ("0", "false", "no" are off).
+bool env_flag(std::initializer_list<const char*> names, bool otherwise) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    return !(std::strcmp(value, "0") == 0 || strcasecmp(value, "false") == 0 || strcasecmp(value, "no") == 0);
+  }
+  return otherwise;
+}
+
+size_t next_group_id() {
+  static std::atomic<size_t> groups{0};
+  return groups.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+GroupRecord::GroupRecord(int group_rank, std::vector<uint64_t> global_ranks, std::chrono::milliseconds timeout)
+    : group_rank_(group_rank),
+      global_ranks_(std::move(global_ranks)),
+      timeout_(timeout),
+      pg_id_(next_group_id()),
+      status_(std::make_shared<c10d::ProcessGroupStatus>()) {}
+
+GroupRecord::~GroupRecord() = default;
+
+GroupRecord::Entry GroupRecord::record(const c10d::Backend& group, const char* op, uint64_t sequence, bool p2p,
+                                       const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  c10d::FlightRecorder<c10::Event>* fr = recorder();
+  if (fr == nullptr || !fr->enabled_ || !enabled()) return {};
+  // torch sets the group's name and description after making the backend: read at the first record, and the
+  // members told to the recorder then (the dump's pg_config), with this process's rank (its file's name).
+  std::call_once(named_, [&] {
+    name_ = std::make_tuple(group.getGroupUid(), group.getGroupDesc());
+    std::vector<uint64_t> ranks = global_ranks_;
+    if (ranks.empty()) {
+      for (int r = 0; r < group.getSize(); ++r) ranks.push_back(static_cast<uint64_t>(r));
+    }
+    fr->record_pg_ranks(name_, ranks);
+    if (group_rank_ >= 0 && static_cast<size_t>(group_rank_) < ranks.size())
+      fr->setRank(static_cast<int>(ranks[static_cast<size_t>(group_rank_)]));
+  });
+  const uint64_t op_id = op_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const auto where = fr->recordWithResetEnabled(pg_id_, name_, p2p ? 0 : sequence, p2p ? sequence : 0, op_id,
+                                                std::string(kBackend) + ":" + op, inputs, outputs, nullptr, nullptr,
+                                                timeout_, status_, p2p);
+  return {where.id, where.reset_epoch};
+}
+
+void GroupRecord::retire(const Entry& entry, std::optional<float> duration_ms) {
+  if (!entry.id) return;
+  if (c10d::FlightRecorder<c10::Event>* fr = recorder()) fr->retire_completed(entry.id, entry.epoch, duration_ms);
+}
+
+void GroupRecord::dump() {
+  if (!env_flag({"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"}, true)) return;
+  const bool stacks = env_flag({"TORCH_INCLUDE_STACK_TRACE"}, true);
+  const bool only_active = env_flag({"TORCH_INCLUDE_ONLY_ACTIVE"}, false);
+  try {
+    c10d::try_dump_fr_trace_file(/*includeCollectives=*/true, stacks, only_active, kBackend);
+  } catch (const std::exception& e) {
+    LOG(WARNING) << "hiercoll: torch's flight record was not dumped: " << e.what();
+  }
+}
+
+#else  // torch before 2.15: its recorder has no instance for other backends; nothing is recorded
+
+GroupRecord::GroupRecord(int group_rank, std::vector<uint64_t> global_ranks, std::chrono::milliseconds timeout)
+    : group_rank_(group_rank), global_ranks_(std::move(global_ranks)), timeout_(timeout), pg_id_(0) {}
+GroupRecord::~GroupRecord() = default;
+GroupRecord::Entry GroupRecord::record(const c10d::Backend&, const char*, uint64_t, bool, const std::vector<at::Tensor>&,
+                                       const std::vector<at::Tensor>&) {
+  return {};
+}
+void GroupRecord::retire(const Entry&, std::optional<float>) {}
+void GroupRecord::dump() {}
+
+#endif
+
+}  // namespace hiercoll_torch
