@@ -268,6 +268,9 @@ def test_flight_recorder_dumps_name_the_rank_that_stopped(tmp_path):
     outputs = run_ranks(4, "worker_flight.py", ["4"], env=env, timeout=120)
     for rank in (0, 1, 3):
         assert f"rank {rank}: failed" in outputs[rank], outputs
+    import hiercoll_torch
+    if hiercoll_torch._C.records_flight_natively:  # then torch attaches no hook of its own
+        assert all(f"rank {rank}: recorded natively: True" in outputs[rank] for rank in range(4)), outputs
     assert "rank 2: record dumped: True" in outputs[2], outputs
     for rank in range(4):
         with open(f"{prefix}{rank}", "rb") as f:

@@ -1,5 +1,5 @@
-"""torch's flight recorder on hiercoll groups (torch >= 2.15 attaches it to every group of a backend that does not
-record natively). Three collectives succeed, then rank 2 stops calling collectives while the others all_reduce: they
+"""torch's flight recorder on hiercoll groups (hiercoll records into it natively, bindings/torch/recorder.hpp; an
+adapter built without that leaves it to the hook torch >= 2.15 attaches). Three collectives succeed, then rank 2 stops calling collectives while the others all_reduce: they
 time out, and every rank's record is dumped (TORCH_FR_DUMP_TEMP_FILE), the idle rank's too, which only hears that
 its peers failed. A failed call raises at once, the dump under way beside it; the exit waits for the dump. The test
 reads the dumps with torchfrtrace once every rank has ended."""
@@ -16,6 +16,8 @@ import hiercoll_torch  # noqa: F401
 dump_prefix = os.environ["TORCH_FR_DUMP_TEMP_FILE"]
 dist.init_process_group("hiercoll", timeout=datetime.timedelta(seconds=float(sys.argv[1])))
 rank = dist.get_rank()
+hooked = dist.group.WORLD in dist.distributed_c10d._world.pg_flight_recorder_hooks
+print(f"rank {rank}: recorded natively: {hiercoll_torch._C.records_flight_natively and not hooked}", flush=True)
 t = torch.ones(10)
 dist.all_reduce(t)
 dist.broadcast(t, 0)
