@@ -27,6 +27,7 @@ inline CallTensors keeping(std::vector<at::Tensor> buffers) { return CallTensors
 template <class F>
 auto issue(const char* op, int rank, F&& body) -> decltype(body()) {
   call_start() = std::chrono::steady_clock::now();
+  GroupRecord::drop_stashed();  // what an earlier call that threw recorded and never submitted
   try {
     return body();
   } catch (const hiercoll::Error& e) {

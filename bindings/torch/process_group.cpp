@@ -33,6 +33,13 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store
   if (!deferred) comm_ = connect(std::make_shared<TorchStore>(store_), rank, size, timeout, generation_);
 }
 
+// Before the call is issued, as torch's own hook records: a small collective runs to its end (or its failure, whose
+// abort hooks dump the record) on the caller's thread inside the issue. The entry waits on this thread for submit().
+void ProcessGroupHiercoll::record_ahead(c10d::OpType type, const std::vector<at::Tensor>& inputs,
+                                        const std::vector<at::Tensor>& outputs) {
+  if (record_) GroupRecord::stash(record_->record(*this, recorded_name(type), sequence_ + 1, false, inputs, outputs));
+}
+
 // The op as torch's flight record names it after "hiercoll:" (torch's own hook used the same names).
 const char* ProcessGroupHiercoll::recorded_name(c10d::OpType type) {
   switch (type) {
@@ -109,8 +116,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
   const uint64_t sequence = p2p ? ++p2p_sequence_ : ++sequence_;
   auto handle = c10::make_intrusive<WorkHiercoll>(rank_, type, hooks_, outputs, std::move(tensors));
   if (record_) {
-    handle->set_record(record_->record(*this, recorded_name(type), sequence, p2p, inputs.empty() ? outputs : inputs,
-                                       outputs));
+    GroupRecord::Entry entry;
+    if (!GroupRecord::take_stashed(entry))
+      entry = record_->record(*this, recorded_name(type), sequence, p2p, inputs.empty() ? outputs : inputs, outputs);
+    handle->set_record(entry);
   }
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.
   bool in_place = handle->in_place() && !outputs.empty();
@@ -135,6 +144,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::broadcast(std::vector<at::T
     at::Tensor t = single(tensors, "broadcast");
     check_rank(opts.rootRank, size_, "root", "broadcast");
     at::Tensor h = working(t);
+    record_ahead(c10d::OpType::BROADCAST, tensors, tensors);
     auto work =
         comm().broadcast(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "broadcast"), opts.rootRank, stream_of(t));
     return submit(c10d::OpType::BROADCAST, {work}, tensors, staged(t, h));
@@ -148,6 +158,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce(std::vector<at::T
     at::Tensor t = single(tensors, "allreduce");
     at::Tensor h = working(t);
     premultiply_(h, opts.reduceOp);
+    record_ahead(c10d::OpType::ALLREDUCE, tensors, tensors);
     auto work = comm().allreduce(h.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "allreduce"),
                                 reduce_op(opts.reduceOp, t, "allreduce"), stream_of(t));
     return submit(c10d::OpType::ALLREDUCE, {work}, tensors, staged(t, h));
@@ -226,6 +237,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allreduce_coalesced(std::ve
     }
     at::Tensor fused = at::cat(flat);
     premultiply_(fused, opts.reduceOp);
+    record_ahead(c10d::OpType::ALLREDUCE_COALESCED, tensors, tensors);
     auto work =
         comm().allreduce(fused.data_ptr(), fused.data_ptr(), fused.numel(), data_type(tensors[0], "allreduce_coalesced"),
                         reduce_op(opts.reduceOp, tensors[0], "allreduce_coalesced"));
@@ -242,6 +254,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce(std::vector<at::Tens
     check_rank(opts.rootRank, size_, "root", "reduce");
     at::Tensor h = working(t);
     at::Tensor in = premultiplied(h, opts.reduceOp);
+    record_ahead(c10d::OpType::REDUCE, tensors, tensors);
     auto work = comm().reduce(in.data_ptr(), h.data_ptr(), h.numel(), data_type(t, "reduce"),
                              reduce_op(opts.reduceOp, t, "reduce"), opts.rootRank, stream_of(t));
     const bool root = opts.rootRank == rank_;
@@ -265,6 +278,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::allgather(std::vector<std::
     }
     at::Tensor h = host(in);
     at::Tensor gathered = at::empty({size_ * in.numel()}, h.options());
+    record_ahead(c10d::OpType::ALLGATHER, inputs, outs);
     auto work = comm().allgather(h.data_ptr(), gathered.data_ptr(), in.numel(), data_type(in, "allgather"));
     CallTensors results;
     results.keep(h);
@@ -283,6 +297,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_gather_single(at::Tenso
                 " elements, expected world size x input = ", size_ * input.numel());
     at::Tensor hin = working(input);
     at::Tensor hout = working(output);
+    record_ahead(c10d::OpType::_ALLGATHER_BASE, {input}, {output});
     auto work = comm().allgather(hin.data_ptr(), hout.data_ptr(), input.numel(), data_type(input, "allgather"),
                                 stream_of(output));
     return submit(c10d::OpType::_ALLGATHER_BASE, {work}, {output}, staged(output, hout, {hin}), {input});
@@ -356,6 +371,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter(std::vector<
     at::Tensor fused = at::cat(flat);
     premultiply_(fused, opts.reduceOp);
     at::Tensor hout = host(out);
+    record_ahead(c10d::OpType::REDUCE_SCATTER, inputs[0], outputs);
     auto work = comm().reduce_scatter(fused.data_ptr(), hout.data_ptr(), out.numel(), data_type(out, "reduce_scatter"),
                                      reduce_op(opts.reduceOp, out, "reduce_scatter"));
     return submit(c10d::OpType::REDUCE_SCATTER, {work}, outputs, staged(out, hout, {fused}), inputs[0]);
@@ -372,6 +388,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::reduce_scatter_single(at::T
                 " elements, expected world size x output = ", size_ * output.numel());
     at::Tensor hin = premultiplied(working(input), opts.reduceOp);
     at::Tensor hout = working(output);
+    record_ahead(c10d::OpType::_REDUCE_SCATTER_BASE, {input}, {output});
     auto work =
         comm().reduce_scatter(hin.data_ptr(), hout.data_ptr(), output.numel(), data_type(output, "reduce_scatter"),
                              reduce_op(opts.reduceOp, output, "reduce_scatter_tensor"), stream_of(output));
@@ -404,6 +421,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tenso
       TORCH_CHECK(output.numel() == input.numel(), "hiercoll all_to_all_single: output has ", output.numel(),
                   " elements, input ", input.numel());
       at::Tensor hin = working(input), hout = working(output);
+      record_ahead(c10d::OpType::ALLTOALL_BASE, {input}, {output});
       auto work = comm().alltoall(hin.data_ptr(), hout.data_ptr(), input.numel() / size_, data_type(input, "alltoall"),
                                  stream_of(output));
       return submit(c10d::OpType::ALLTOALL_BASE, {work}, {output}, staged(output, hout, {hin}), {input});
@@ -438,7 +456,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::all_to_all_single(at::Tenso
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::barrier(const c10d::BarrierOptions&) {
-  return issue("barrier", rank_, [&] { return submit(c10d::OpType::BARRIER, {comm().barrier()}, {}); });
+  return issue("barrier", rank_, [&] {
+    record_ahead(c10d::OpType::BARRIER, {}, {});
+    return submit(c10d::OpType::BARRIER, {comm().barrier()}, {});
+  });
 }
 
 

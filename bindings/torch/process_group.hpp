@@ -246,6 +246,7 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   // The abort hook that dumps the group's own flight record (recorder.hpp), below any id torch hands out.
   static constexpr int64_t kDumpHook = std::numeric_limits<int64_t>::min();
   static const char* recorded_name(c10d::OpType type);
+  void record_ahead(c10d::OpType type, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
   // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
   // abort instead of waiting the group's whole timeout for them.
   std::atomic<bool> barrier_failed_{false};

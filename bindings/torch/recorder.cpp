@@ -2,17 +2,27 @@
 
 #include <c10/util/Logging.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <initializer_list>
-
 #if HIERCOLL_TORCH_RECORDS_NATIVELY
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
+#include <torch/csrc/distributed/c10d/Utils.hpp>
 #include <torch/csrc/distributed/c10d/logger.hpp>
 #endif
 
 namespace hiercoll_torch {
+
+namespace {
+thread_local std::optional<GroupRecord::Entry> stashed;
+}  // namespace
+
+void GroupRecord::stash(Entry entry) { stashed = entry; }
+bool GroupRecord::take_stashed(Entry& entry) {
+  if (!stashed) return false;
+  entry = *stashed;
+  stashed.reset();
+  return true;
+}
+void GroupRecord::drop_stashed() { stashed.reset(); }
 
 #if HIERCOLL_TORCH_RECORDS_NATIVELY
 namespace {
@@ -23,16 +33,6 @@ constexpr const char* kBackend = "hiercoll";
 c10d::FlightRecorder<c10::Event>* recorder() {
   static c10d::FlightRecorder<c10::Event>* const instance = c10d::getFlightRecorder(kBackend);
   return instance;
-}
-
-// torch's convention for its switches: the first of the names that is set decides ("0", "false", "no" are off).
-bool env_flag(std::initializer_list<const char*> names, bool otherwise) {
-  for (const char* name : names) {
-    const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
-    return !(std::strcmp(value, "0") == 0 || strcasecmp(value, "false") == 0 || strcasecmp(value, "no") == 0);
-  }
-  return otherwise;
 }
 
 size_t next_group_id() {
@@ -80,9 +80,10 @@ void GroupRecord::retire(const Entry& entry, std::optional<float> duration_ms) {
 }
 
 void GroupRecord::dump() {
-  if (!env_flag({"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"}, true)) return;
-  const bool stacks = env_flag({"TORCH_INCLUDE_STACK_TRACE"}, true);
-  const bool only_active = env_flag({"TORCH_INCLUDE_ONLY_ACTIVE"}, false);
+  // torch's switches, read by torch's own helper with their defaults as its backends read them (FlightRecorder.hpp).
+  if (!c10d::getCvarBool(c10d::TORCH_FR_DUMP_ON_TIMEOUT, true)) return;
+  const bool stacks = c10d::getCvarBool(c10d::TORCH_INCLUDE_STACK_TRACE, true);
+  const bool only_active = c10d::getCvarBool(c10d::TORCH_INCLUDE_ONLY_ACTIVE, false);
   try {
     c10d::try_dump_fr_trace_file(/*includeCollectives=*/true, stacks, only_active, kBackend);
   } catch (const std::exception& e) {

@@ -67,6 +67,11 @@ class GroupRecord {
   /// The call completed successfully after `duration_ms`: the entry reads "completed". A failed call is never
   /// retired, as torch's own backends leave it: it reads "scheduled", the call that did not finish.
   static void retire(const Entry& entry, std::optional<float> duration_ms);
+  /// A call recorded before it was issued, kept on the calling thread until its Work takes it (submit()); issue()
+  /// drops whatever a call that threw left behind.
+  static void stash(Entry entry);
+  static bool take_stashed(Entry& entry);
+  static void drop_stashed();
   /// Writes the record to torch's dump file for this process, unless TORCH_FR_DUMP_ON_TIMEOUT (or
   /// TORCH_NCCL_DUMP_ON_TIMEOUT) says not to. Blocks while torch symbolizes the stacks (seconds).
   static void dump();
