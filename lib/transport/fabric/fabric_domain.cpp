@@ -15,16 +15,6 @@ namespace {
 
 std::atomic<uint64_t> open_fabrics{0}, open_domains{0}, open_endpoints{0};
 
-std::string fi_failure(const char* call, int rc) {
-  return std::string(call) + " failed: " + fabric_strerror(-rc) + " (" + std::to_string(rc) + ")";
-}
-
-// A refused close leaks what the object held: said, not thrown, as it runs in destructors.
-void close_fid(fid* object, const char* what) {
-  const int rc = object ? fi_close(object) : 0;
-  if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_failure(what, rc));
-}
-
 std::string name_or_empty(const char* name) { return name ? name : ""; }
 
 }  // namespace
@@ -32,7 +22,7 @@ std::string name_or_empty(const char* name) { return name ? name : ""; }
 struct FabricDomain::Fabric {
   fid_fabric* fabric = nullptr;
   ~Fabric() {
-    close_fid(&fabric->fid, "fi_close(fabric)");
+    close_fabric_object(&fabric->fid, "fi_close(fabric)");
     open_fabrics.fetch_sub(1, std::memory_order_relaxed);
   }
 };
@@ -65,7 +55,7 @@ std::shared_ptr<FabricDomain> FabricDomain::open(const fi_info& info) {
   if (!fabric) {
     fid_fabric* handle = nullptr;
     const int rc = libfabric().fabric(info.fabric_attr, &handle, nullptr);
-    if (rc != 0) throw FabricError(fi_failure("fi_fabric", rc));
+    if (rc != 0) throw FabricError(fabric_call_failed("fi_fabric", rc));
     fabric = std::make_shared<Fabric>();
     fabric->fabric = handle;
     open_fabrics.fetch_add(1, std::memory_order_relaxed);
@@ -88,7 +78,7 @@ FabricDomain::FabricDomain(std::shared_ptr<Fabric> fabric, const fi_info& info)
             const uint64_t key = provider_keys_ ? 0 : next_key_++;
             const int rc =
                 fi_mr_reg(domain_, reinterpret_cast<void*>(begin), length, FI_SEND | FI_RECV, 0, key, 0, &mr, nullptr);
-            if (rc != 0) throw FabricError(fi_failure("fi_mr_reg", rc));
+            if (rc != 0) throw FabricError(fabric_call_failed("fi_mr_reg", rc));
             MrRegistry::Registration made;
             made.handle = mr;
             made.descriptor = fi_mr_desc(mr);
@@ -97,18 +87,18 @@ FabricDomain::FabricDomain(std::shared_ptr<Fabric> fabric, const fi_info& info)
           // The lease that calls this keeps the domain open (register_memory passes it as the owner).
           [this](const MrRegistry::Registration& made) {
             auto held = lock();
-            close_fid(&static_cast<fid_mr*>(made.handle)->fid, "fi_close(memory registration)");
+            close_fabric_object(&static_cast<fid_mr*>(made.handle)->fid, "fi_close(memory registration)");
           }) {
   fi_info* copy = libfabric().dupinfo(&info);  // fi_domain takes a non-const info
   const int rc = fi_domain(fabric_->fabric, copy, &domain_, nullptr);
   libfabric().freeinfo(copy);
-  if (rc != 0) throw FabricError(fi_failure("fi_domain", rc));
+  if (rc != 0) throw FabricError(fabric_call_failed("fi_domain", rc));
   open_domains.fetch_add(1, std::memory_order_relaxed);
 }
 
 FabricDomain::~FabricDomain() {
   // Every endpoint on it is closed and every registration let go (each held the domain).
-  close_fid(&domain_->fid, "fi_close(domain)");
+  close_fabric_object(&domain_->fid, "fi_close(domain)");
   open_domains.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -53,12 +53,8 @@ bool manual_control_progress(const fi_domain_attr& domain) {
   return manual;
 }
 
-std::string fi_message(const std::string& call, ssize_t rc) {
-  return call + " failed: " + fabric_strerror(static_cast<int>(-rc)) + " (" + std::to_string(rc) + ")";
-}
-
 void check_fi(const char* call, ssize_t rc) {
-  if (rc != 0) throw FabricError(fi_message(call, rc));
+  if (rc != 0) throw FabricError(fabric_call_failed(call, rc));
 }
 
 struct FabricRequest;
@@ -298,7 +294,7 @@ class FabricEndpoint final : public Endpoint {
     HIERCOLL_LOG(kInfo, "fabric: closing the endpoint: " << in_flight_.size()
                                                          << " request(s) the provider would not cancel (" << reason
                                                          << ")");
-    close_object(&ep_->fid, "fi_close(endpoint)");
+    close_fabric_object(&ep_->fid, "fi_close(endpoint)");
     ep_ = nullptr;
     for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_)) finish(request, false, reason);
   }
@@ -354,13 +350,6 @@ class FabricEndpoint final : public Endpoint {
       completion_gap_ns_ = std::max<int64_t>(kGapFloor.count(), (3 * completion_gap_ns_ + gap) / 4);
     }
     last_activity_ns_ = now;
-  }
-
-  // A refused close leaks what the object held (a domain with registrations left, an endpoint still bound): said,
-  // not thrown, as close() runs in the destructor. Null: nothing to close.
-  static void close_object(fid* object, const char* what) {
-    const int rc = object ? fi_close(object) : 0;
-    if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fi_message(what, rc));
   }
 
   // `peer`'s address in the address vector, inserted at its first use. Under driving().
@@ -461,7 +450,7 @@ class FabricEndpoint final : public Endpoint {
         if (fi_control(&cq_->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) {
           cq_fd_ = fd;
         } else {
-          close_object(&cq_->fid, "fi_close(completion queue)");
+          close_fabric_object(&cq_->fid, "fi_close(completion queue)");
           cq_ = nullptr;
         }
       } else {
@@ -497,15 +486,15 @@ class FabricEndpoint final : public Endpoint {
   void close() {
     {
       auto lock = driving();
-      close_object(ep_ ? &ep_->fid : nullptr, "fi_close(endpoint)");
+      close_fabric_object(ep_ ? &ep_->fid : nullptr, "fi_close(endpoint)");
       // The closed endpoint completes nothing more: what it still held can go, and with it the registrations they
       // held.
       if (!in_flight_.empty())
         HIERCOLL_LOG(kTrace, "fabric: closing with " << in_flight_.size() << " request(s) the provider never completed");
       for (FabricRequest* request : std::unordered_set<FabricRequest*>(in_flight_))
         finish(request, false, "endpoint closed");
-      close_object(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
-      close_object(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
+      close_fabric_object(cq_ ? &cq_->fid : nullptr, "fi_close(completion queue)");
+      close_fabric_object(av_ ? &av_->fid : nullptr, "fi_close(address vector)");
       ep_ = nullptr;
       cq_ = nullptr;
       av_ = nullptr;
@@ -558,7 +547,7 @@ class FabricEndpoint final : public Endpoint {
         return;
       }
       if (rc != -FI_EAGAIN) {
-        throw FabricError(fi_message(call, rc) + " (rank " + std::to_string(my_rank_) + ", peer " +
+        throw FabricError(fabric_call_failed(call, rc) + " (rank " + std::to_string(my_rank_) + ", peer " +
                           std::to_string(request->peer) + ")");
       }
     }
@@ -573,7 +562,7 @@ class FabricEndpoint final : public Endpoint {
       if (rc == 0) {
         track(next.request);
       } else {
-        finish_unposted(next.request.get(), fi_message(next.call, rc));
+        finish_unposted(next.request.get(), fabric_call_failed(next.call, rc));
       }
       backlog_.pop_front();
     }
@@ -648,7 +637,7 @@ class FabricEndpoint final : public Endpoint {
         continue;
       }
       if (n == -FI_EAGAIN || n == -FI_EINTR) return completed;
-      throw FabricError(fi_message("fi_cq_read", n));
+      throw FabricError(fabric_call_failed("fi_cq_read", n));
     }
   }
 

@@ -180,4 +180,13 @@ std::string fabric_strerror(int errnum) {
   return "libfabric error " + std::to_string(errnum);
 }
 
+std::string fabric_call_failed(const std::string& call, ssize_t rc) {
+  return call + " failed: " + fabric_strerror(static_cast<int>(-rc)) + " (" + std::to_string(rc) + ")";
+}
+
+void close_fabric_object(fid* object, const char* what) {
+  const int rc = object ? fi_close(object) : 0;
+  if (rc != 0) HIERCOLL_LOG(kWarn, "fabric: " << fabric_call_failed(what, rc));
+}
+
 }  // namespace hiercoll::transport

@@ -72,6 +72,13 @@ std::string fabric_version_text(uint32_t version);
 /// fi_strerror through the loaded library, or the number where none is loaded.
 std::string fabric_strerror(int errnum);
 
+/// "<call> failed: <fi_strerror> (<rc>)" for a libfabric call that returned `rc` (negative).
+std::string fabric_call_failed(const std::string& call, ssize_t rc);
+
+/// fi_close(object), where object is not null; a refusal (which leaks what the object held) is logged, not thrown,
+/// as closing runs in destructors. `what` names the call in the warning ("fi_close(endpoint)").
+void close_fabric_object(fid* object, const char* what);
+
 /// Gives SIGSEGV, SIGTERM, ... back their default disposition where a library loaded with libfabric's providers
 /// installed a handler of its own (foreign_handlers.cpp); called after libfabric loads.
 void restore_default_dispositions();
