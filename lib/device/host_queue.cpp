@@ -4,11 +4,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/spin.hpp"
 #include "hiercoll/errors.hpp"
@@ -43,8 +46,44 @@ constexpr std::chrono::microseconds kLongestSpin{200};
 // polls; then it yields the core at every poll until its spin budget is spent.
 constexpr unsigned kPollsPerCheck = 64;
 thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
-// A sleeper wakes at least this often to check the deadline and the abort switch (which no signal announces).
-constexpr std::chrono::milliseconds kSleepSlice{10};
+// A sleeper's futex wait ends at its deadline, at the signal, at a halt (wake_sleepers) or at the end of a slice,
+// which is only the net under a missed signal (see kWakeGrace) and under a halt that came between the sleeper's last
+// look at the abort switch and its sleep. The slices grow (first, doubling to longest): a long wait wakes a few times
+// a second, not at a fixed rate (10 ms slices cost a waiting rank more than gloo's whole wait; docs/benchmarks.md,
+// "What waiting costs").
+constexpr std::chrono::milliseconds kFirstSlice{10};
+constexpr std::chrono::milliseconds kLongestSlice{160};
+
+// The flags this process's threads sleep on, so that a halt wakes them at once. Leaked: a thread may still sleep while
+// the process exits. A flag is listed from before its sleeper's last look at the abort switch until it wakes, and its
+// memory outlives that (the sleeper is inside wait_flag), so wake_sleepers may wake any listed flag.
+struct Sleepers {
+  std::mutex mutex;
+  std::vector<uint64_t*> flags;  // one entry per sleeping thread
+};
+Sleepers& process_sleepers() {
+  static auto* list = new Sleepers;
+  return *list;
+}
+
+// Lists `flag` as slept on for its lifetime.
+class ListedSleep {
+ public:
+  explicit ListedSleep(uint64_t* flag) : flag_(flag) {
+    std::lock_guard<std::mutex> lock(process_sleepers().mutex);
+    process_sleepers().flags.push_back(flag);
+  }
+  ~ListedSleep() {
+    auto& list = process_sleepers();
+    std::lock_guard<std::mutex> lock(list.mutex);
+    list.flags.erase(std::find(list.flags.begin(), list.flags.end(), flag_));
+  }
+  ListedSleep(const ListedSleep&) = delete;
+  ListedSleep& operator=(const ListedSleep&) = delete;
+
+ private:
+  uint64_t* flag_;
+};
 // A signal stores the generation and then reads the sleeper count with no fence between (HostQueue::signal), so its
 // read may pass its store: it can see no sleeper while its generation still waits in its core's store buffer, to
 // become visible a few hundred nanoseconds later. A waiter that counted itself a sleeper therefore looks at the
@@ -88,6 +127,7 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
   const auto poll_only_until = yield_at_once ? started : started + base::kPollOnly;
   bool polling = !yield_at_once;
   unsigned polls = 0;
+  std::chrono::nanoseconds slice = kFirstSlice;
   while (!reached()) {
     if (polling && ++polls % kPollsPerCheck != 0) {
       base::cpu_relax();
@@ -115,8 +155,14 @@ void wait_flag(uint64_t* flag, uint64_t generation, const WaitContext& context, 
       seen = flag_word(flag, 0).load(std::memory_order_acquire);
     }
     if (seen < generation) {
-      const auto left = std::min<std::chrono::nanoseconds>(context.deadline - now, kSleepSlice);
-      futex_wait(flag, static_cast<uint32_t>(seen), std::max(left, std::chrono::nanoseconds(1000)));
+      const ListedSleep listed(flag);
+      // Listed before this look: a halt after it wakes the sleep below, unless its wake lands in the instant
+      // before the sleep begins (then the slice's end does).
+      if (!context.aborted->load(std::memory_order_seq_cst)) {
+        const auto left = std::min<std::chrono::nanoseconds>(context.deadline - now, slice);
+        futex_wait(flag, static_cast<uint32_t>(seen), std::max(left, std::chrono::nanoseconds(1000)));
+        slice = std::min<std::chrono::nanoseconds>(2 * slice, kLongestSlice);
+      }
     }
     sleepers(flag).fetch_sub(1, std::memory_order_relaxed);
   }
@@ -134,6 +180,12 @@ void poll(const WaitContext& context, Reached reached) {
   }
 }
 }  // namespace
+
+void HostQueue::wake_sleepers() {
+  auto& list = process_sleepers();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  for (uint64_t* flag : list.flags) futex_wake(flag);
+}
 
 void HostQueue::copy(void* dst, const void* src, size_t bytes) {
   if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);

@@ -22,6 +22,10 @@ class HostQueue final : public Queue {
             const WaitContext& context) override;
   void host_wait(const HostFlag& flag, uint64_t value, const WaitContext& context) override;
 
+  /// Wakes every thread of this process asleep in a flag wait, whichever communicator it waits for, so that one
+  /// whose abort switch was just set gives up now; the others look at their flags and sleep again. Any thread.
+  static void wake_sleepers();
+
   /// Whether flag waits yield the core while they spin (the default, safe where ranks share cores) or only poll.
   void set_yield(bool yield) { yield_ = yield; }
 

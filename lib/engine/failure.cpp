@@ -7,6 +7,7 @@
 #include "algo/algorithms.hpp"
 #include "base/clock.hpp"
 #include "base/log.hpp"
+#include "device/host_queue.hpp"
 #include "engine/collective.hpp"
 #include "engine/communicator_impl.hpp"
 #include "hiercoll/errors.hpp"
@@ -35,6 +36,7 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
     endpoint_->wake();  // a wait asleep in the network looks at aborted_ now, not at the end of its slice
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
+  device::HostQueue::wake_sleepers();  // and flag waits asleep within the node, now rather than at their slice's end
   queue_cv_.notify_all();
 }
 

@@ -956,6 +956,39 @@ void run_wake(Communicator& comm) {
   if (rank == 1) pending.wait();
 }
 
+// One node: rank 1's allreduce, which rank 0 never joins, runs on rank 1's calling thread and sleeps on a shared-memory
+// flag; another thread aborts the communicator once the sleeper's slices have grown (225 ms in). Prints, as run_wake
+// does, how long after the abort the call returned its error.
+void run_wake_node(Communicator& comm) {
+  const int rank = comm.rank();
+  std::vector<float> data(2, 1.0f);
+  for (int trial = 0; trial < 3; ++trial) {
+    Communicator a = named_communicator("wake-node-" + std::to_string(trial), rank, comm.size());
+    if (rank == 1) {
+      std::atomic<int64_t> abort_ns{0};
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(225));
+        abort_ns = steady_ns();
+        a.abort();
+      });
+      bool failed = false;
+      try {
+        a.allreduce(data.data(), data.data(), 2, DataType::kFloat32, ReduceOp::kSum).wait();
+      } catch (const Error&) {
+        failed = true;
+      }
+      const int64_t done_ns = steady_ns();
+      aborter.join();
+      if (!failed) {
+        std::printf("FAIL: collective: not failed by abort()\n");
+        ++g_failures;
+      }
+      std::printf("WAKE_MS collective %.3f\n", (done_ns - abort_ns) / 1e6);
+    }
+    comm.barrier().wait();
+  }
+}
+
 int count_open_fds() {
   int count = 0;
   if (DIR* dir = opendir("/proc/self/fd")) {
@@ -1369,6 +1402,7 @@ int main(int argc, char** argv) {
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);
     else if (scenario == "wake") run_wake(comm);
+    else if (scenario == "wake-node") run_wake_node(comm);
     else if (scenario == "soak") run_soak(comm);
     else if (scenario == "bucketer") run_bucketer(comm);
     else if (scenario == "layout") run_layout(comm);
