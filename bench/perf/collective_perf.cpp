@@ -261,12 +261,13 @@ class Runner {
     }
   }
 
-  // -iters calls after -warmup ones, the ranks lined up first; each waited for when `blocking`, rank 0 sleeping
-  // `late_ms` before each when late. This process's CPU and wall time over the timed calls.
+  // -iters calls after -warmup ones, the ranks lined up first; each waited for when `blocking`, rank 0 (every rank
+  // when `everyone`) sleeping `late_ms` before each. This process's CPU and wall time over the timed calls.
   struct Usage {
     double cpu, wall;  // seconds
   };
-  Usage timed_calls(void* in, void* out, const Shape& s, bool in_place, bool blocking, int late_ms) {
+  Usage timed_calls(void* in, void* out, const Shape& s, bool in_place, bool blocking, int late_ms,
+                    bool everyone = false) {
     blocking = blocking || args_.spread;  // each call's own time is the time to its end
     for (int i = 0; i < args_.warmup; ++i) issue(in, out, s, in_place);
     b_.sync();
@@ -276,7 +277,7 @@ class Runner {
     const auto start = std::chrono::steady_clock::now();
     per_call_.clear();
     for (int i = 0; i < args_.iters; ++i) {
-      if (r_ == 0 && late_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
+      if ((r_ == 0 || everyone) && late_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
       const auto call_start = args_.spread ? std::chrono::steady_clock::now() : start;
       issue(in, out, s, in_place);
       if (blocking) b_.sync();
@@ -288,9 +289,12 @@ class Runner {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 
-  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size. Each size runs twice: with
-  // rank 0 on time (what the operation itself costs in CPU) and with rank 0 late; the waiting cost is the difference
-  // in CPU time over the difference in wall time, so the transfer's own work is not counted as waiting.
+  // -L: CPU-seconds per second that the ranks waiting for a late rank 0 spend, per size. Each size runs three times:
+  // with rank 0 on time (what the operation itself costs in CPU, and the wall time with no one waiting), with every
+  // rank idle for the same time before each call, and with rank 0 alone late. The waiting cost is the CPU time of the
+  // late run less the idle run's, over the late run's wall time less the on-time run's: the call's own work is not
+  // counted as waiting, nor is what it costs more after an idle spell (on this machine a 4 MB copy takes twice the
+  // CPU after 100 ms of sleep: its caches went cold), which a late call pays whatever the waiting cost.
   int run_late() {
     const size_t elem = dtype_size(args_.type);
     if (n_ < 2) throw InvalidUsageError("-L needs at least 2 ranks");
@@ -302,9 +306,10 @@ class Runner {
     }
     for_each_size([&](const Shape& s, void* in, void* out) {
       const Usage on_time = timed_calls(in, out, s, false, true, 0);
+      const Usage idle = timed_calls(in, out, s, false, true, args_.late_ms, true);
       const Usage late = timed_calls(in, out, s, false, true, args_.late_ms);
       const double op_ms = on_time.cpu / args_.iters * 1e3;
-      const double waiting = std::max(0.0, late.cpu - on_time.cpu) / std::max(1e-9, late.wall - on_time.wall);
+      const double waiting = (late.cpu - idle.cpu) / std::max(1e-9, late.wall - on_time.wall);
       // Means over the waiting ranks (rank 0 contributes nothing to the sums).
       const double scale = static_cast<double>(n_) / (n_ - 1);
       const double op_mean = average(r_ == 0 ? 0.0 : op_ms) * scale, wait_mean = average(r_ == 0 ? 0.0 : waiting) * scale;

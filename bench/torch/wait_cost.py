@@ -4,10 +4,12 @@ turns round by round on the same tensors).
 
     PYTHONPATH=build/python torchrun --nproc-per-node 2 bench/torch/wait_cost.py --backends hiercoll,gloo
 
-Each round, for each backend and size: `--calls` allreduces with rank 0 on time, then `--calls` with rank 0 sleeping
-`--late` ms before each. A waiting rank's figure is (process CPU time late - on time) / (wall time late - on time):
-what waiting itself costs, every thread of the process counted (time.process_time is CLOCK_PROCESS_CPUTIME_ID), the
-call's own work taken out. Prints, per backend and size, the median over rounds of the waiting ranks' mean, and one
+Each round, for each backend and size: `--calls` allreduces with rank 0 on time, `--calls` with every rank sleeping
+`--late` ms before each (idle), then `--calls` with rank 0 alone sleeping that long before each (late). A waiting
+rank's figure is (process CPU time late - idle) / (wall time late - on time): what waiting itself costs, every thread
+of the process counted (time.process_time is CLOCK_PROCESS_CPUTIME_ID), with the call's own work taken out, and what
+the call costs more after an idle spell (cold caches: on this machine a 4 MB copy takes twice the CPU after 100 ms of
+sleep), which a late call pays whatever the waiting cost. Prints, per backend and size, the median over rounds of the waiting ranks' mean, and one
 JSON line per cell. A benchmark: it checks only that each backend's first call gives the right sum.
 """
 import argparse
@@ -32,12 +34,13 @@ def make_group(backend):
     return dist.new_group(backend=backend)
 
 
-def timed_calls(group, tensor, calls, late_s, rank):
-    """(process CPU seconds, wall seconds) of `calls` allreduces, rank 0 sleeping late_s before each."""
+def timed_calls(group, tensor, calls, late_s, rank, everyone=False):
+    """(process CPU seconds, wall seconds) of `calls` allreduces, rank 0 (every rank if `everyone`) sleeping late_s
+    before each."""
     dist.barrier(group=group)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
-        if rank == 0 and late_s:
+        if (rank == 0 or everyone) and late_s:
             time.sleep(late_s)
         dist.all_reduce(tensor, group=group)
     return time.process_time() - cpu, time.perf_counter() - wall
@@ -72,9 +75,10 @@ def main():
         for n in sizes:
             for b in backends:
                 timed_calls(groups[b], tensors[n], 2, 0, rank)  # warm
-                cpu_on, wall_on = timed_calls(groups[b], tensors[n], args.calls, 0, rank)
+                _, wall_on = timed_calls(groups[b], tensors[n], args.calls, 0, rank)
+                cpu_idle, _ = timed_calls(groups[b], tensors[n], args.calls, args.late / 1e3, rank, everyone=True)
                 cpu_late, wall_late = timed_calls(groups[b], tensors[n], args.calls, args.late / 1e3, rank)
-                mine = (cpu_late - cpu_on) / max(1e-9, wall_late - wall_on) if rank else 0.0
+                mine = (cpu_late - cpu_idle) / max(1e-9, wall_late - wall_on) if rank else 0.0
                 share = torch.tensor([mine], dtype=torch.float64)
                 dist.all_reduce(share)  # over the default (gloo) group: rank 0 adds nothing
                 figures[(b, n)].append(share.item() / (size - 1))

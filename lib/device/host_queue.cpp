@@ -51,7 +51,7 @@ thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
 // look at the abort switch and its sleep. The slices grow (first, doubling to longest): a long wait wakes a few times
 // a second, not at a fixed rate (10 ms slices cost a waiting rank more than gloo's whole wait; docs/benchmarks.md,
 // "What waiting costs").
-constexpr std::chrono::milliseconds kFirstSlice{10};
+constexpr std::chrono::milliseconds kFirstSlice{50};
 constexpr std::chrono::milliseconds kLongestSlice{160};
 
 // The flags this process's threads sleep on, so that a halt wakes them at once. Leaked: a thread may still sleep while
