@@ -65,7 +65,7 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
     for (int k = 0; k < L; ++k) m.sources[k] = peers.flag_payload(transport::kFlagStaged, r.slot, k);
     m.queue->reduce(out, m.sources.data(), L, count, type, partial);
   } else {
-    m.queue->copy(peers.area(r.slot, peers.local_rank()), in, bytes);
+    m.queue->publish(peers.area(r.slot, peers.local_rank()), in, bytes);
     node_reduce_round(m, r, node_signature(0, count, type, op), wait, 0, count, nullptr, out, type, partial);
   }
   if (op == ReduceOp::kAvg) m.queue->divide(out, count, type, world);
@@ -97,7 +97,7 @@ void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkSt
     return in_line ? peers.flag_payload(transport::kFlagStaged, r.slot, k) : peers.area(r.slot, k);
   };
   if (l != 0) {
-    m.queue->copy(staged(l), in, bytes);
+    m.queue->publish(staged(l), in, bytes);
     m.queue->signal(peers.flag(transport::kFlagStaged, r.slot, l), r.generation, signature);
   } else {  // its own input is read where it is
     node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, issue.wait("intra-node reduce"),
@@ -195,10 +195,10 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     uint8_t* area = peers.area(p.round.slot, l);
     if (direct) {  // the shards before this rank's and after it
       const size_t end = at + p.mine_count * elem;
-      if (at > 0) queue.copy(area, piece_in, at);
-      if (end < p.n * elem) queue.copy(area + end, piece_in + end, p.n * elem - end);
+      if (at > 0) queue.publish(area, piece_in, at);
+      if (end < p.n * elem) queue.publish(area + end, piece_in + end, p.n * elem - end);
     } else {
-      queue.copy(area, piece_in, p.n * elem);
+      queue.publish(area, piece_in, p.n * elem);
     }
     uint8_t* result = output + p.offset * elem + at;
     p.mine = direct ? area + at : result;
@@ -233,7 +233,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   auto allgather_phase = [&](const Piece& p) {
     const size_t at = p.shards.offset[l] * elem;
     if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
-    if (!direct) queue.copy(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
+    if (!direct) queue.publish(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
     node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, type);
     // The rank's own shard last, as the node allgather does with a large block: the others' are read first, while
     // they may still be in their reducers' caches.

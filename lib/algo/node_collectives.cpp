@@ -140,7 +140,7 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void
     // Stage the round's slice of every block: block j goes to j*q of this rank's area, for rank j to reduce.
     for (int j = 0; j < L; ++j) {
       if (direct && j == me) continue;
-      queue.copy(area + static_cast<size_t>(j) * q * elem, input + (j * recv_count + offset) * elem, n * elem);
+      queue.publish(area + static_cast<size_t>(j) * q * elem, input + (j * recv_count + offset) * elem, n * elem);
     }
     node_reduce_round(m, r, signature, wait, static_cast<size_t>(me) * q, n, direct ? own : nullptr,
                       output + offset * elem, type, partial);
@@ -186,7 +186,7 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   for (size_t t = 0; t < rounds; ++t) {
     const NodeRound r = node_round(m, t);
     const size_t offset = t * q, n = std::min(q, send_count - offset);
-    queue.copy(peers.area(r.slot, me), input + offset * elem, n * elem);
+    queue.publish(peers.area(r.slot, me), input + offset * elem, n * elem);
     parts.count.assign(static_cast<size_t>(L), n);
     // Our own block straight from the input (nothing to copy when in place). A small one is copied while the others
     // stage theirs, which hides the wait for their flags; a large one after the others' blocks, which are then read
@@ -243,7 +243,7 @@ void broadcast_ring(NodeMemory& m, const device::WaitContext& wait, const void* 
       for (int k = 0; k < L; ++k) fewest = std::min(fewest, device::flag_word(m.flags[k], 0).load());
       m.ring_all_read = fewest;
     }
-    queue.copy(payload, in, bytes);
+    queue.publish(payload, in, bytes);
     queue.signal(entry, b, signature);
   } else {
     // The wait names a laggard by its index: the root's entry at index `root`; before it a flag of this rank's
@@ -316,7 +316,7 @@ void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out
       const int previous = (r.slot + kHierBufferSets - 1) % kHierBufferSets;
       for (int k = 0; k < L; ++k) m.flags[k] = peers.flag(transport::kFlagStaged, previous, k);
       queue.wait(m.flags.data(), L, r.generation - 1, 0, wait);
-      queue.copy(staged, input + offset, n);
+      queue.publish(staged, input + offset, n);
       queue.signal(root_flag, r.generation, signature);
     } else {
       uint64_t* mine = peers.flag(transport::kFlagStaged, r.slot, me);

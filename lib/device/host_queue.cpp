@@ -191,6 +191,8 @@ void HostQueue::copy(void* dst, const void* src, size_t bytes) {
   if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
+void HostQueue::publish(void* dst, const void* src, size_t bytes) { reduce::publish(dst, src, bytes); }
+
 void HostQueue::reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
                        ReduceOp op) {
   if (source_count == 1) return copy(dst, sources[0], count * dtype_size(type));
@@ -201,7 +203,7 @@ void HostQueue::reduce_to_both(void* shared, void* mine, const void* const* sour
                                DataType type, ReduceOp op) {
   if (source_count == 1) {
     copy(mine, sources[0], count * dtype_size(type));
-    return copy(shared, mine, count * dtype_size(type));
+    return publish(shared, mine, count * dtype_size(type));
   }
   // Into this rank's own memory first, and copied from there to the lines the other ranks read (reduce_sources).
   reduce::reduce_sources(mine, sources, source_count, count, type, op, shared);

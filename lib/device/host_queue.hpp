@@ -12,6 +12,7 @@ class HostQueue final : public Queue {
  public:
   MemoryKind kind() const override { return MemoryKind::kHost; }
   void copy(void* dst, const void* src, size_t bytes) override;
+  void publish(void* dst, const void* src, size_t bytes) override;
   void reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
               ReduceOp op) override;
   void reduce_to_both(void* shared, void* mine, const void* const* sources, int source_count, size_t count,

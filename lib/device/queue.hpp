@@ -60,6 +60,9 @@ class Queue {
 
   /// dst <- src; either side may be host (pinned, for CudaQueue) or device memory. Ranges must not overlap.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  /// copy() into lines other ranks read next (a node's shared areas): where stores to lines another core holds are
+  /// slow, the host queue writes them past the caches (reduce::publish).
+  virtual void publish(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes); }
   /// dst[i] = sources[0][i] op sources[1][i] op ... (in that order). dst may be sources[0] exactly, no other source.
   virtual void reduce(void* dst, const void* const* sources, int source_count, size_t count, DataType type,
                       ReduceOp op) = 0;

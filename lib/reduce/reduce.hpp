@@ -28,9 +28,21 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
 /// this core's own memory and `copy` the lines another core reads next: a store to a line another core holds waits
 /// for that core to give it up, and a plain copy of whole lines (glibc's memcpy: rep movsb) waits for them far less
 /// than a kernel's vector stores do, most of all where the cores share no cache (docs/benchmarks.md, "Publishing a
-/// reduced shard by copy").
+/// reduced shard by copy"); the copy is publish()'s, which streams it in a spell of slow copies.
 void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
                     void* copy = nullptr, Stores stores = Stores::kAuto);
+/// dst <- src (not overlapping), where dst is lines other cores read next: a node's shared areas. With glibc's memcpy,
+/// unless this thread's recent such copies ran slower than a non-temporal copy would: a store to a line another core
+/// holds waits for that core to give it up, and on some hosts, at times, that wait alone held a 1 MB copy to 2 GB/s
+/// where non-temporal stores, which take no line from anyone, ran at 26 (docs/benchmarks.md, "Publishing into lines
+/// another core holds"). A thread that measures slow copies (PublishPolicy in dispatch.cpp) streams its copies for a
+/// while, then tries memcpy again. dst's contents are in memory, ordered before the caller's next store, on return.
+void publish(void* dst, const void* src, size_t bytes);
+/// Whether this thread's publish() streams now (for tests and benchmarks).
+bool publish_streams();
+/// Makes this thread's next `copies` publish() calls of 4 KB or more stream, as a spell of slow copies would (for
+/// tests and benchmarks).
+void publish_stream_spell(unsigned copies);
 /// buffer[i] /= divisor. Floating types only.
 void divide(void* buffer, size_t count, DataType type, int divisor);
 

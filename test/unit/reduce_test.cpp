@@ -3,6 +3,7 @@
 #include "reduce/reduce.hpp"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -225,4 +226,27 @@ TEST_CASE("reduce_sources equals the pairwise chain of kernels, with or without 
   float out = 0;
   CHECK_THROWS_WITH(reduce::reduce_sources(&out, one, 1, 1, DataType::kFloat32, ReduceOp::kSum),
                     Catch::Contains("1 sources"));
+}
+
+TEST_CASE("publish copies exactly, with ordinary stores and in a streaming spell", "[reduce]") {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (bool spell : {false, true}) {
+    // Below the 4 KB from which a spell streams, at it, and past it with tails; every offset a vector store meets.
+    for (size_t bytes : {size_t{100}, size_t{4096}, size_t{4099}, size_t{65536 + 3}, size_t{1} << 20}) {
+      for (size_t offset : {size_t{0}, size_t{1}, size_t{63}}) {
+        std::vector<uint8_t> src(bytes + offset), dst(bytes + offset + 1, 0xee);
+        for (auto& b : src) b = static_cast<uint8_t>(byte(rng));
+        if (spell) reduce::publish_stream_spell(1);
+        reduce::publish(dst.data() + offset, src.data() + offset, bytes);
+        // The spell was one copy long: spent by a copy it covered, still there after a smaller one.
+        CHECK(reduce::publish_streams() == (spell && bytes < 4096));
+        reduce::publish_stream_spell(0);
+        INFO((spell ? "streaming " : "memcpy ") << bytes << " bytes at offset " << offset);
+        CHECK(std::equal(src.begin() + static_cast<long>(offset), src.end(), dst.begin() + static_cast<long>(offset)));
+        CHECK(dst.back() == 0xee);  // nothing past the end
+        CHECK(std::all_of(dst.begin(), dst.begin() + static_cast<long>(offset), [](uint8_t b) { return b == 0xee; }));
+      }
+    }
+  }
 }

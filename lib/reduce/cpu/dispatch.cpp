@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -110,6 +111,57 @@ void reduce_chain(ReduceFn fn, void* to, const void* const* sources, int n, size
   for (int k = 2; k < n; ++k) fn(to, to, source(k), len);
 }
 
+// publish()'s choice, per thread: memcpy while copies into shared lines run at a copy's rate; non-temporal stores for
+// a spell once kSlowInARow measured copies in a row ran slower than kSlowBytesPerNs, then memcpy again to see whether
+// the host's state has passed (a minute apart the same copy ran at 40 GB/s and at 2). A spell that memcpy's next
+// trial confirms is twice as long as the one before (at most kLongestSpell copies); a fast copy brings it back to
+// kFirstSpell. Copies of kMeasuredBytes or more are timed; smaller ones, one in kSampleEvery (two clock reads would
+// be a tenth of a 16 KB copy's time). The first kUnmeasured timed copies count for nothing: they fault in the pages
+// of areas written for the first time, slow in any state.
+class PublishPolicy {
+ public:
+  bool streaming() const { return spell_left_ > 0; }
+  void stream_for(unsigned copies) { spell_left_ = copies; }
+
+  void copy(const KernelTable& table, void* dst, const void* src, size_t bytes) {
+    if (bytes < kSmallestBytes) return static_cast<void>(std::memcpy(dst, src, bytes));
+    if (spell_left_ > 0) {
+      --spell_left_;
+      table.stream(dst, src, bytes);
+      _mm_sfence();  // weakly ordered: in memory before the caller's signal
+      return;
+    }
+    if (bytes < kMeasuredBytes && ++sampled_ % kSampleEvery != 0) return static_cast<void>(std::memcpy(dst, src, bytes));
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(dst, src, bytes);
+    const auto ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    if (measured_ < kUnmeasured) {
+      ++measured_;
+    } else if (static_cast<double>(bytes) >= kSlowBytesPerNs * ns) {
+      slow_in_a_row_ = 0;
+      next_spell_ = kFirstSpell;
+    } else if (++slow_in_a_row_ >= kSlowInARow) {
+      slow_in_a_row_ = 0;
+      spell_left_ = next_spell_;
+      next_spell_ = std::min(2 * next_spell_, kLongestSpell);
+    }
+  }
+
+ private:
+  static constexpr size_t kSmallestBytes = 4 << 10;  // below: a few lines, whatever the state
+  static constexpr size_t kMeasuredBytes = 64 << 10;
+  static constexpr unsigned kSampleEvery = 8;
+  static constexpr unsigned kUnmeasured = 32;
+  // A non-temporal copy's rate on this project's host (shared_writes, "stream copy": 26 GB/s at 1 MB), less what the
+  // reader then pays to fetch from memory rather than from a cache (read 65 µs against 24 a MB): memcpy wins above.
+  static constexpr double kSlowBytesPerNs = 8.0;
+  static constexpr unsigned kSlowInARow = 6;
+  static constexpr unsigned kFirstSpell = 64, kLongestSpell = 8192;
+  unsigned spell_left_ = 0, next_spell_ = kFirstSpell, slow_in_a_row_ = 0, sampled_ = 0, measured_ = 0;
+};
+
+thread_local PublishPolicy publish_policy;
+
 // A block of the result that reduce_blocked reduces straight into dst and then copies on to `copy`: it stays in L1
 // (48 KB or more on current x86 cores) for the copy, and its sources' blocks beside it in L2.
 constexpr size_t kDirectBlockBytes = 16 << 10;
@@ -131,7 +183,7 @@ void reduce_blocked(const KernelTable& table, ReduceFn fn, void* dst, const void
     for (size_t at = 0; at < count; at += block) {
       const size_t len = std::min(block, count - at);
       reduce_chain(fn, out + at * elem, sources, n, at, len, elem);
-      std::memcpy(second + at * elem, out + at * elem, len * elem);
+      publish_policy.copy(table, second + at * elem, out + at * elem, len * elem);
     }
     return;
   }
@@ -228,6 +280,14 @@ void reduce_sources(void* dst, const void* const* sources, int n, size_t count, 
                     Stores stores) {
   reduce_on(active_isa(), dst, sources, n, count, type, op, copy, stores);
 }
+
+void publish(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0 && dst != src) publish_policy.copy(table_for(active_isa()), dst, src, bytes);
+}
+
+bool publish_streams() { return publish_policy.streaming(); }
+
+void publish_stream_spell(unsigned copies) { publish_policy.stream_for(copies); }
 
 void divide(void* buffer, size_t count, DataType type, int divisor) {
   check_op(type, ReduceOp::kAvg);
