@@ -237,10 +237,11 @@ TEST_CASE("publish copies exactly, with ordinary stores and in a streaming spell
       for (size_t offset : {size_t{0}, size_t{1}, size_t{63}}) {
         std::vector<uint8_t> src(bytes + offset), dst(bytes + offset + 1, 0xee);
         for (auto& b : src) b = static_cast<uint8_t>(byte(rng));
-        if (spell) reduce::publish_stream_spell(1);
+        reduce::publish_stream_spell(spell ? 1 : 0);
         reduce::publish(dst.data() + offset, src.data() + offset, bytes);
-        // The spell was one copy long: spent by a copy it covered, still there after a smaller one.
-        CHECK(reduce::publish_streams() == (spell && bytes < 4096));
+        // The spell was one copy long: spent by a copy it covered, still there after a smaller one. (Without one,
+        // whether slow copies start a spell is the host's doing: under a sanitizer every copy is slow.)
+        if (spell) CHECK(reduce::publish_streams() == (bytes < 4096));
         reduce::publish_stream_spell(0);
         INFO((spell ? "streaming " : "memcpy ") << bytes << " bytes at offset " << offset);
         CHECK(std::equal(src.begin() + static_cast<long>(offset), src.end(), dst.begin() + static_cast<long>(offset)));
