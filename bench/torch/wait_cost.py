@@ -21,11 +21,7 @@ import time
 import torch
 import torch.distributed as dist
 
-
-def parse_size(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B")
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+from call_latency import parse_size  # this directory is the script's, first on sys.path
 
 
 def make_group(backend):

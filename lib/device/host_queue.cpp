@@ -49,8 +49,8 @@ thread_local base::AdaptiveSpin flag_spin{kSpin, kLongestSpin};
 // A sleeper's futex wait ends at its deadline, at the signal, at a halt (wake_sleepers) or at the end of a slice,
 // which is only the net under a missed signal (see kWakeGrace) and under a halt that came between the sleeper's last
 // look at the abort switch and its sleep. The slices grow (first, doubling to longest): a long wait wakes a few times
-// a second, not at a fixed rate (10 ms slices cost a waiting rank more than gloo's whole wait; docs/benchmarks.md,
-// "What waiting costs").
+// a second, not at a fixed rate, for each wake-up costs a waiting rank CPU (docs/benchmarks.md, "What waiting
+// costs").
 constexpr std::chrono::milliseconds kFirstSlice{50};
 constexpr std::chrono::milliseconds kLongestSlice{160};
 

@@ -33,8 +33,8 @@ void reduce_sources(void* dst, const void* const* sources, int n, size_t count, 
                     void* copy = nullptr, Stores stores = Stores::kAuto);
 /// dst <- src (not overlapping), where dst is lines other cores read next: a node's shared areas. With glibc's memcpy,
 /// unless this thread's recent such copies ran slower than a non-temporal copy would: a store to a line another core
-/// holds waits for that core to give it up, and on some hosts, at times, that wait alone held a 1 MB copy to 2 GB/s
-/// where non-temporal stores, which take no line from anyone, ran at 26 (docs/benchmarks.md, "Publishing into lines
+/// holds waits for that core to give it up, and on some hosts, at times, that wait alone makes memcpy several times
+/// slower than non-temporal stores, which take no line from anyone (docs/benchmarks.md, "Publishing into lines
 /// another core holds"). A thread that measures slow copies (PublishPolicy in dispatch.cpp) streams its copies for a
 /// while, then tries memcpy again. dst's contents are in memory, ordered before the caller's next store, on return.
 void publish(void* dst, const void* src, size_t bytes);

@@ -113,10 +113,10 @@ void reduce_chain(ReduceFn fn, void* to, const void* const* sources, int n, size
 
 // publish()'s choice, per thread: memcpy while copies into shared lines run at a copy's rate; non-temporal stores for
 // a spell once kSlowInARow measured copies in a row ran slower than kSlowBytesPerNs, then memcpy again to see whether
-// the host's state has passed (a minute apart the same copy ran at 40 GB/s and at 2). A spell that memcpy's next
-// trial confirms is twice as long as the one before (at most kLongestSpell copies); a fast copy brings it back to
-// kFirstSpell. Copies of kMeasuredBytes or more are timed; smaller ones, one in kSampleEvery (two clock reads would
-// be a tenth of a 16 KB copy's time). The first kUnmeasured timed copies count for nothing: they fault in the pages
+// the host's state has passed (it comes and goes within minutes: docs/benchmarks.md, "Publishing into lines another
+// core holds"). A spell that memcpy's next trial confirms is twice as long as the one before (at most kLongestSpell
+// copies); a fast copy brings it back to kFirstSpell. Copies of kMeasuredBytes or more are timed; smaller ones, one in
+// kSampleEvery (two clock reads would weigh on a 16 KB copy). The first kUnmeasured timed copies count for nothing: they fault in the pages
 // of areas written for the first time, slow in any state.
 class PublishPolicy {
  public:
@@ -152,8 +152,8 @@ class PublishPolicy {
   static constexpr size_t kMeasuredBytes = 64 << 10;
   static constexpr unsigned kSampleEvery = 8;
   static constexpr unsigned kUnmeasured = 32;
-  // A non-temporal copy's rate on this project's host (shared_writes, "stream copy": 26 GB/s at 1 MB), less what the
-  // reader then pays to fetch from memory rather than from a cache (read 65 µs against 24 a MB): memcpy wins above.
+  // Below it memcpy loses to a non-temporal copy even after what the reader pays to fetch a streamed copy from memory
+  // rather than from a cache (build/bench/shared_writes; the figures in docs/benchmarks.md, as above).
   static constexpr double kSlowBytesPerNs = 8.0;
   static constexpr unsigned kSlowInARow = 6;
   static constexpr unsigned kFirstSpell = 64, kLongestSpell = 8192;
