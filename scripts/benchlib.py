@@ -216,6 +216,40 @@ def alternated(rounds, runs, machine=None, spread=1.5, retries=None):
     return (result, sorted(states), redone) if machine else result
 
 
+def machine_state():
+    """Where the host put this VM's two vCPUs, as two readings: one cache line handed between them, one way, in ns
+    (build/bench/core_handover), and one core's memcpy rate into lines the other has just read, 1 MB copies, in GB/s
+    (`build/bench/shared_writes --rate 1048576`). On this VM: two threads of one core, 15-30 ns and about 48 GB/s; two
+    cores that share a cache, 45-65 ns and 11-17; no shared cache, 200-250 ns and 1.8-2.6. Each state lasts seconds
+    to minutes, and memory-bound sizes move with it by 2x and more for every library alike. The second reading also
+    tells apart a state the first misses: lines handed over quickly, but stores into lines the other core holds as
+    slow as with no shared cache (docs/benchmarks.md, "Publishing into lines another core holds"). Quiet: measured
+    around every run."""
+    def reading(*cmd):
+        return float(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+
+    return (reading(os.path.join(BUILD, "bench", "core_handover")),
+            reading(os.path.join(BUILD, "bench", "shared_writes"), "--rate", "1048576"))
+
+
+def state_name(readings):
+    """The state that machine_state() readings taken around a run (before and after) say the run met; "mixed" where
+    they disagree."""
+    names = set()
+    for handover, writes in readings:
+        if handover > 150:
+            names.add("far (no shared cache)")
+        elif handover > 100:
+            names.add("mixed")
+        elif writes >= 30:
+            names.add("one core (two hardware threads of one core)")
+        elif writes >= 5:
+            names.add("near (a shared cache)")
+        else:
+            names.add("near, slow writes (stores into lines the other core holds)")
+    return names.pop() if len(names) == 1 else "mixed"
+
+
 def human(b):
     for unit, scale in (("MB", 1 << 20), ("KB", 1 << 10)):
         if b >= scale:

@@ -19,6 +19,11 @@
 // line should not stay in B's caches); and not reading at all (A's write to lines no other core holds, the floor).
 //
 //   shared_writes [BYTES [CPU_A CPU_B]]   (default: 512 KB; the first two CPUs this process may run on)
+//   shared_writes --rate [BYTES [CPU_A CPU_B]]
+//
+// --rate: one number, A's memcpy rate into the lines B read (GB/s, median of 100 turns), as core_handover prints
+// one: the benchmark scripts read the host's state from the two before each run (scripts/benchlib.py,
+// machine_state), for a core may hand a line over quickly and still write slowly into lines another core holds.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -176,11 +181,16 @@ Times run(Kind kind, Read read_kind, size_t bytes, int cpu_a, int cpu_b, int tur
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool rate_only = argc >= 2 && std::strcmp(argv[1], "--rate") == 0;
+  if (rate_only) {
+    --argc;
+    ++argv;
+  }
   size_t bytes = 512 << 10;
   if (argc >= 2) bytes = std::strtoull(argv[1], nullptr, 10);
   int cpu_a, cpu_b;
   if (!hiercoll::bench::cpu_pair(argc < 2 ? 0 : argc - 2, argv + 2, cpu_a, cpu_b)) {
-    std::fprintf(stderr, "usage: shared_writes [BYTES [CPU_A CPU_B]]\n");
+    std::fprintf(stderr, "usage: shared_writes [--rate] [BYTES [CPU_A CPU_B]]\n");
     return 2;
   }
   if (bytes < 4096 || bytes % 4096 != 0) {
@@ -194,6 +204,11 @@ int main(int argc, char** argv) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("clflushopt")) {
     std::fprintf(stderr, "shared_writes: needs AVX2 (the vector kinds) and CLFLUSHOPT (a way of reading)\n");
     return 2;
+  }
+  if (rate_only) {
+    run(Kind::kMemcpy, Read::kMemcpy, bytes, cpu_a, cpu_b, 20);  // warms the allocator and clocks up
+    std::printf("%.2f\n", bytes / run(Kind::kMemcpy, Read::kMemcpy, bytes, cpu_a, cpu_b, 100).write_ns);
+    return 0;
   }
   std::printf("%zu bytes, CPUs %d and %d: A writes lines B read last turn, then B copies them out\n", bytes, cpu_a,
               cpu_b);
