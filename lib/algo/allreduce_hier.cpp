@@ -51,10 +51,10 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
   // One flag round instead of two. Every rank reduces all L areas itself, in local-rank order (so every rank's
   // result is the same bits). The slot rotation stays safe: a rank signals round p+1 only after its reads of round
   // p. The rotation and generations are allreduce_hier's (pieces_done), so ranks may mix the two freely.
-  const NodeRound r = node_round(m, 0);
   const size_t bytes = count * dtype_size(type);
-  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   transport::PeerMemory& peers = *m.peers;
+  const NodeRound r = node_round(m, 0, bytes <= peers.flag_payload_bytes() ? 0 : bytes);
+  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   if (bytes <= peers.flag_payload_bytes()) {
     // A few elements ride in the flag's own cache line: a peer's wait that sees the flag has the data too, where
     // reading an area would be a second transfer of a line the owner just wrote (2 ranks, 8 B: two of the four
@@ -65,7 +65,7 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
     for (int k = 0; k < L; ++k) m.sources[k] = peers.flag_payload(transport::kFlagStaged, r.slot, k);
     m.queue->reduce(out, m.sources.data(), L, count, type, partial);
   } else {
-    m.queue->publish(peers.area(r.slot, peers.local_rank()), in, bytes);
+    m.queue->publish(round_area(peers, r, peers.local_rank()), in, bytes);
     node_reduce_round(m, r, node_signature(0, count, type, op), wait, 0, count, nullptr, out, type, partial);
   }
   if (op == ReduceOp::kAvg) m.queue->divide(out, count, type, world);
@@ -91,10 +91,10 @@ void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkSt
   const size_t bytes = count * dtype_size(type);
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const uint64_t signature = node_signature(0, count, type, op);
-  const NodeRound r = node_round(m, 0);
   const bool in_line = bytes <= peers.flag_payload_bytes();
+  const NodeRound r = node_round(m, 0, in_line ? 0 : bytes);
   auto staged = [&](int k) -> uint8_t* {
-    return in_line ? peers.flag_payload(transport::kFlagStaged, r.slot, k) : peers.area(r.slot, k);
+    return in_line ? peers.flag_payload(transport::kFlagStaged, r.slot, k) : round_area(peers, r, k);
   };
   if (l != 0) {
     m.queue->publish(staged(l), in, bytes);
@@ -187,12 +187,12 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     p.index = index;
     p.offset = index * piece;
     p.n = std::min(piece, count - p.offset);
-    p.round = node_round(m, index);
+    p.round = node_round(m, index, p.n * elem);
     p.shards = Segments::aligned(p.n, L, align);
     const size_t at = p.shards.offset[l] * elem;
     p.mine_count = p.shards.count[l];
     const uint8_t* piece_in = input + p.offset * elem;
-    uint8_t* area = peers.area(p.round.slot, l);
+    uint8_t* area = round_area(peers, p.round, l);
     if (direct) {  // the shards before this rank's and after it
       const size_t end = at + p.mine_count * elem;
       if (at > 0) queue.publish(area, piece_in, at);
@@ -233,7 +233,7 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   auto allgather_phase = [&](const Piece& p) {
     const size_t at = p.shards.offset[l] * elem;
     if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
-    if (!direct) queue.publish(peers.area(p.round.slot, l) + at, p.mine, p.mine_count * elem);
+    if (!direct) queue.publish(round_area(peers, p.round, l) + at, p.mine, p.mine_count * elem);
     node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, type);
     // The rank's own shard last, as the node allgather does with a large block: the others' are read first, while
     // they may still be in their reducers' caches.

@@ -48,6 +48,10 @@ struct NodeMemory {
   /// (PeerMemory::direct_read) where the peer memory offers it; 0: never. Turned off for good (on every local rank
   /// alike) the first time any local rank's read is refused.
   uint64_t direct_bytes = 0;
+  /// Whether rounds of host memory move on through their areas (node_round): where each local rank has a core of
+  /// its own. Where ranks share cores, the peer whose copy a store waits for is often on the same core, and the
+  /// rotation only adds its footprint (4 ranks on 2 cores, 128 KB: measured slower).
+  bool rotate = false;
   /// Scratch of the schedules, one entry per local rank, kept so that small operations allocate nothing.
   std::vector<uint64_t*> flags;
   std::vector<const void*> sources;
@@ -75,16 +79,39 @@ inline void node_sync(
   m.queue->wait(flags.data(), L, generation, signature, wait);
 }
 
-/// Round `t` of an operation through peer memory, counted on from NodeMemory::pieces_done: the slot it uses and the
-/// generation its flags carry. Every node schedule (allreduce_hier, allreduce_one_shot, the node collectives) walks
-/// the same rotation, so a rank overwrites slot s in round t+3 only after the wait of round t+2, which every local
-/// rank signals only after its reads of round t+1: whichever schedules those rounds belong to.
+/// Round `t` of an operation through peer memory, counted on from NodeMemory::pieces_done: the slot it uses, the
+/// generation its flags carry, and where in each rank's area of the slot its parts start. Every node schedule
+/// (allreduce_hier, allreduce_one_shot, the node collectives) walks the same rotation, so a rank overwrites slot s in
+/// round t+3 only after the wait of round t+2, which every local rank signals only after its reads of round t+1:
+/// whichever schedules those rounds belong to.
+///
+/// `bytes`: how much of each area the round uses (0: say nothing, offset 0). In host memory, where NodeMemory::rotate
+/// says, a round that uses at least kRotateFromBytes and at most half an area starts further on each time its slot
+/// comes round, wrapping, so that a rank writes the same lines again only after every position of its slot: a store
+/// into lines a peer has just read waits for that peer's copy to be invalidated, which made the copies of 32-128 KB
+/// calls cost more than the data they move, and lines the peer read that long ago have left its caches
+/// (docs/benchmarks.md, "Rotating within the areas"). Below kRotateFromBytes a round moves a few lines, and a fresh
+/// page each time costs more (its TLB entry, lines from memory) than the invalidations it saves. Every rank computes
+/// the same offset from the generation, `bytes` (which the round's signature check makes agree) and `rotate` (which
+/// every local rank derives from the same gathered figures).
+inline constexpr size_t kRotateFromBytes = 16 << 10;
 struct NodeRound {
   int slot;
   uint64_t generation;
+  size_t offset = 0;  ///< bytes: where this round's part starts in every rank's area of the slot
 };
-inline NodeRound node_round(const NodeMemory& m, size_t t) {
-  return {static_cast<int>((m.pieces_done + t) % kHierBufferSets), m.pieces_done + t + 1};
+inline NodeRound node_round(const NodeMemory& m, size_t t, size_t bytes = 0) {
+  NodeRound r{static_cast<int>((m.pieces_done + t) % kHierBufferSets), m.pieces_done + t + 1};
+  if (!m.rotate || bytes < kRotateFromBytes || m.queue->kind() != device::MemoryKind::kHost) return r;
+  const size_t stride = (bytes + 4095) / 4096 * 4096;
+  const size_t positions = m.peers->area_bytes() / stride;
+  if (positions > 1) r.offset = (m.pieces_done + t) / kHierBufferSets % positions * stride;
+  return r;
+}
+
+/// Rank k's part of round `r` in peer memory.
+inline uint8_t* round_area(const transport::PeerMemory& peers, NodeRound r, int k) {
+  return peers.area(r.slot, k) + r.offset;
 }
 
 /// A round through the flags' own lines, for data of at most peers->flag_payload_bytes(): stages `bytes` of `in`
@@ -119,7 +146,8 @@ void node_gather_round(
   for (int k = 0; k < peers.local_size(); ++k) {
     if (k == peers.local_rank()) continue;
     const size_t at = parts.offset[k] * elem;
-    m.queue->copy(to + static_cast<size_t>(k) * stride * elem + at, peers.area(r.slot, k) + at, parts.count[k] * elem);
+    m.queue->copy(to + static_cast<size_t>(k) * stride * elem + at, round_area(peers, r, k) + at,
+                  parts.count[k] * elem);
   }
 }
 

@@ -22,7 +22,7 @@ void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const dev
   const size_t at_bytes = at * dtype_size(type);
   node_sync(m, transport::kFlagStaged, r.slot, r.generation, signature, wait, m.flags);
   m.sources.resize(static_cast<size_t>(L));
-  for (int k = 0; k < L; ++k) m.sources[k] = k == me && own != nullptr ? own : peers.area(r.slot, k) + at_bytes;
+  for (int k = 0; k < L; ++k) m.sources[k] = k == me && own != nullptr ? own : round_area(peers, r, k) + at_bytes;
   if (n == 0) return;
   if (mine != nullptr) {
     m.queue->reduce_to_both(out, mine, m.sources.data(), L, n, type, op);

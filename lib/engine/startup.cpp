@@ -493,6 +493,9 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     // Not where the node's ranks outnumber its cores: there each rank's reads of every peer cost more than the
     // staged rounds (docs/benchmarks.md).
     host_memory_.direct_bytes = layout_.local_size > cpus ? 0 : settings_.cma_bytes;
+    // From every rank's CPUs (gathered at start-up), so that all local ranks agree: ranks that disagreed would read
+    // each other's data at different offsets.
+    host_memory_.rotate = cost_model_.ranks_per_cpu <= 1.0;
     if (settings_.net_staging && layout_.node_count > 1) {
       // The inter-node phase works on buffers of ours rather than on the caller's: on providers that register
       // memory (EFA), these are registered once instead of every caller buffer. It is the device path's flow.
