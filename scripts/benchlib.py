@@ -225,11 +225,18 @@ def machine_state():
     tells apart a state the first misses: lines handed over quickly, but stores into lines the other core holds as
     slow as with no shared cache (docs/benchmarks.md, "Publishing into lines another core holds"). Quiet: measured
     around every run."""
-    def reading(*cmd):
-        return float(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    return handover_ns(), _reading(os.path.join(BUILD, "bench", "shared_writes"), "--rate", "1048576")
 
-    return (reading(os.path.join(BUILD, "bench", "core_handover")),
-            reading(os.path.join(BUILD, "bench", "shared_writes"), "--rate", "1048576"))
+
+def _reading(*cmd):
+    """The one number a bench/limits tool prints, without echoing it (these run around every run)."""
+    return float(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+
+
+def handover_ns():
+    """One cache line handed between two pinned cores, one way (bench/limits/core_handover): the floor of a small
+    allreduce on this host, which on a VM moves with where the host puts the vCPUs."""
+    return _reading(os.path.join(BUILD, "bench", "core_handover"))
 
 
 def state_name(readings):

@@ -53,9 +53,10 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
   // p. The rotation and generations are allreduce_hier's (pieces_done), so ranks may mix the two freely.
   const size_t bytes = count * dtype_size(type);
   transport::PeerMemory& peers = *m.peers;
-  const NodeRound r = node_round(m, 0, bytes <= peers.flag_payload_bytes() ? 0 : bytes);
+  const bool in_line = bytes <= peers.flag_payload_bytes();
+  const NodeRound r = node_round(m, 0, in_line ? 0 : bytes);
   const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  if (bytes <= peers.flag_payload_bytes()) {
+  if (in_line) {
     // A few elements ride in the flag's own cache line: a peer's wait that sees the flag has the data too, where
     // reading an area would be a second transfer of a line the owner just wrote (2 ranks, 8 B: two of the four
     // transfers a call makes).
