@@ -112,6 +112,9 @@ struct HIERCOLL_API Tuning {
   /// The most ranks that share one rank's CPUs, per CPU, over all ranks (the same on every rank; below 1 where
   /// ranks have more than a core each): what the cost model multiplies each message's overhead by (at least 1).
   double ranks_per_cpu = 0;
+  /// Whether a rank waiting on a node flag gives its core up at every poll while it spins (HIERCOLL_SPIN_YIELD;
+  /// by default where ranks outnumber the CPUs they share: the node's, or the machine's across the nodes on it).
+  bool flag_waits_yield = false;
 };
 
 class HIERCOLL_API Communicator {

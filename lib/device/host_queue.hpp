@@ -29,6 +29,7 @@ class HostQueue final : public Queue {
 
   /// Whether flag waits yield the core while they spin (the default, safe where ranks share cores) or only poll.
   void set_yield(bool yield) { yield_ = yield; }
+  bool yields() const { return yield_; }
 
  private:
   bool yield_ = true;

@@ -98,6 +98,7 @@ class CommunicatorImpl {
     t.node_piece_bytes = cost_model_.shm_piece_bytes;
     t.net_overhead_us = cost_model_.net.overhead_us;
     t.ranks_per_cpu = cost_model_.ranks_per_cpu;
+    t.flag_waits_yield = host_queue_.yields();
     return t;
   }
   std::string fabric_nic() const { return endpoint_->domain(); }

@@ -447,16 +447,20 @@ void CommunicatorImpl::fit_chunks_to_provider() {
 
 void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance) {
   host_memory_.queue = &host_queue_;
-  // A rank waiting on a node flag spins before it sleeps. Where the node's ranks outnumber the cores they share, its
-  // first polls without yielding hold the core the awaited peer needs. Where each rank has a core, yields only
-  // delay noticing the flag.
+  // A rank waiting on a node flag spins before it sleeps. Where ranks outnumber the cores they share, its first
+  // polls without yielding hold the core the awaited peer, or another node's rank on the same machine, needs. Where
+  // each rank has a core, yields only delay noticing the flag. The machine's ranks count, not only the node's:
+  // nodes that are containers or network namespaces of one machine share its cores (ranks_per_cpu, from every
+  // rank's boot id and CPUs).
   const int cpus = topo::cpus_for_local_ranks();
-  const bool yield = settings_.spin_yield == "auto" ? layout_.local_size > cpus : settings_.spin_yield == "1";
+  const bool crowded = layout_.local_size > cpus || cost_model_.ranks_per_cpu > 1.0;
+  const bool yield = settings_.spin_yield == "auto" ? crowded : settings_.spin_yield == "1";
   host_queue_.set_yield(yield);
   if (rank_ == 0) {
     HIERCOLL_LOG(kInfo, "node flag waits " << (yield ? "yield the core while they spin" : "spin without yielding")
-                                           << " (" << layout_.local_size << " local ranks, " << cpus
-                                           << " CPUs, HIERCOLL_SPIN_YIELD=" << settings_.spin_yield << ")");
+                                           << " (" << layout_.local_size << " local ranks, " << cpus << " CPUs, "
+                                           << cost_model_.ranks_per_cpu << " ranks per CPU on the busiest machine, "
+                                           << "HIERCOLL_SPIN_YIELD=" << settings_.spin_yield << ")");
   }
   hierarchy_.local_rank = layout_.local_rank;
   hierarchy_.local_size = layout_.local_size;

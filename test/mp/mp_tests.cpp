@@ -134,17 +134,44 @@ struct TuningLine {
   bool probed = false;
   long long chunk = -1, slots = -1;
   double overhead_us = -1, ranks_per_cpu = -1;
+  bool yields = false;
   std::string figures;  // the network figures as printed, exactly
 };
 std::optional<TuningLine> tuning_of(const std::string& output) {
   static const std::regex line(
       R"(TUNING rank=\d+ net_us=(\S+) net_gbps=(\S+) probed=([01]) chunk=(\d+) slots=(\d+) piece=\d+ )"
-      R"(overhead_us=(\S+) ranks_per_cpu=(\S+))");
+      R"(overhead_us=(\S+) ranks_per_cpu=(\S+) yield=([01]))");
   std::smatch m;
   if (!std::regex_search(output, m, line)) return std::nullopt;
-  return TuningLine{
-      std::stod(m[1]),  std::stod(m[2]), m[3] == "1",     std::stoll(m[4]),
-      std::stoll(m[5]), std::stod(m[6]), std::stod(m[7]), m[1].str() + " " + m[2].str() + " " + m[6].str()};
+  return TuningLine{std::stod(m[1]),  std::stod(m[2]), m[3] == "1",     std::stoll(m[4]),
+                    std::stoll(m[5]), std::stod(m[6]), std::stod(m[7]), m[8] == "1",
+                    m[1].str() + " " + m[2].str() + " " + m[6].str()};
+}
+
+// Node flag waits yield the core where the ranks of the machine outnumber its CPUs, whether they are one node's or
+// several emulated nodes' (which share the machine's cores as much); HIERCOLL_SPIN_YIELD forces either way.
+TEST_CASE("flag waits yield where the machine's ranks outnumber its CPUs, on one node or several", "[mp][hier]") {
+  auto shape = GENERATE(Shape{"1x2", {0, 0}}, Shape{"2x1", {0, 1}}, Shape{"2x2", {0, 0, 1, 1}},
+                        Shape{"4x1", {0, 1, 2, 3}});
+  const std::string forced = GENERATE(std::string(), std::string("0"), std::string("1"));
+  auto options = loopback(forced.empty() ? std::map<std::string, std::string>{}
+                                         : std::map<std::string, std::string>{{"HIERCOLL_SPIN_YIELD", forced}});
+  options.node_of = shape.node_of;
+  const int ranks = static_cast<int>(shape.node_of.size());
+  auto result = launch(ranks, HIERCOLL_MP_WORKER, {"layout"}, options);
+  INFO(shape.name << ", HIERCOLL_SPIN_YIELD=" << forced << "\n" << result.report());
+  REQUIRE(result.all_ok());
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  // Every rank runs unpinned on this host: the machine's ranks against the CPUs they all share.
+  const bool crowded = ranks > CPU_COUNT(&cpus);
+  const bool want = forced.empty() ? crowded : forced == "1";
+  for (int r = 0; r < ranks; ++r) {
+    const auto mine = tuning_of(result.ranks[static_cast<size_t>(r)].output);
+    REQUIRE(mine);
+    CHECK(mine->yields == want);
+  }
 }
 
 // The start-up link probe measures the fabric between nodes 0 and 1; rank 0 hands its figures to every rank, so every
@@ -409,11 +436,15 @@ TEST_CASE("a rank killed in a small one-node allreduce (run on the callers' thre
   }
 }
 
-TEST_CASE("one-node collectives equal the serial reference whether callers or the progress thread run them",
+TEST_CASE("collectives equal the serial reference whether callers or the progress thread run them",
           "[mp][allreduce]") {
   std::string caller_thread = GENERATE(std::string("1"), std::string("0"));
-  INFO("HIERCOLL_CALLER_THREAD=" << caller_thread);
-  auto result = launch(4, HIERCOLL_MP_WORKER, {"mixed-paths"}, loopback({{"HIERCOLL_CALLER_THREAD", caller_thread}}));
+  // One node (shared memory alone), and two (the caller's thread runs none of them: mixed paths all the same).
+  auto shape = GENERATE(Shape{"1x4", {0, 0, 0, 0}}, Shape{"2x2", {0, 0, 1, 1}});
+  INFO("HIERCOLL_CALLER_THREAD=" << caller_thread << ", layout " << shape.name);
+  auto options = loopback({{"HIERCOLL_CALLER_THREAD", caller_thread}});
+  options.node_of = shape.node_of;
+  auto result = launch(4, HIERCOLL_MP_WORKER, {"mixed-paths"}, options);
   INFO(result.report());
   CHECK(result.all_ok());
 }

@@ -726,9 +726,9 @@ void print_tuning(const Communicator& comm) {
   const hiercoll::Tuning t = comm.tuning();
   std::printf(
       "TUNING rank=%d net_us=%.17g net_gbps=%.17g probed=%d chunk=%zu slots=%d piece=%zu overhead_us=%.17g "
-      "ranks_per_cpu=%.17g\n",
+      "ranks_per_cpu=%.17g yield=%d\n",
       comm.rank(), t.net_latency_us, t.net_bandwidth_gbps, t.net_probed ? 1 : 0, t.chunk_bytes, t.pipeline_slots,
-      t.node_piece_bytes, t.net_overhead_us, t.ranks_per_cpu);
+      t.node_piece_bytes, t.net_overhead_us, t.ranks_per_cpu, t.flag_waits_yield ? 1 : 0);
 }
 
 void run_layout(Communicator& comm) {
