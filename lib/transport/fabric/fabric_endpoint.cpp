@@ -149,7 +149,7 @@ class FabricEndpoint final : public Endpoint {
 
   bool progress(std::chrono::microseconds max_block) override {
     if (poll_once()) {
-      idle_polls_ = 0;
+      completed();
       return true;
     }
     if (max_block.count() <= 0) return false;
@@ -175,8 +175,8 @@ class FabricEndpoint final : public Endpoint {
       if (hint.within.count() == 0) {
         // With a CQ fd, fi_trywait found work pending in the provider (RxM's segments to reassemble, its own
         // queue's entries): poll again at once, as fi_cq_sread does; yielding there cost RxM's 512 KB messages 15%
-        // (git log -S "fi_trywait found work"). Mid-transfer on a manual provider: give the core up between polls.
-        if (cq_fd_ < 0) sched_yield();
+        // (git log -S "fi_trywait found work"). Mid-transfer on a manual provider: give the core up between polls
+        // (below).
       } else {
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
         const auto us = std::max<int64_t>(0, std::min(hint.within, left).count());
@@ -189,9 +189,17 @@ class FabricEndpoint final : public Endpoint {
           drain_wake_fd();
           return true;  // woken (halt, new work, the keeper's completions): the caller looks at its flags
         }
+        if (poll_once()) {
+          completed();
+          return true;
+        }
+        if (count == 2 && (fds[1].revents & POLLIN) != 0) woke_for_nothing();
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        continue;
       }
+      if (hint.fd == wake_fd_.get()) sched_yield();  // the no-wait-object path mid-transfer (see above)
       if (poll_once()) {
-        idle_polls_ = 0;
+        completed();
         return true;
       }
       if (std::chrono::steady_clock::now() >= deadline) return false;
@@ -201,7 +209,7 @@ class FabricEndpoint final : public Endpoint {
   // With a CQ wait fd (FI_WAIT_FD): the fd, to sleep on once fi_trywait says nothing is pending that the fd would
   // miss. Without one: the manual path's pause.
   WaitHint wait_hint() override {
-    if (cq_fd_ < 0) return manual_wait_hint();
+    if (cq_fd_ < 0 || fd_wakes_for_nothing()) return manual_wait_hint();
     WaitHint hint;
     hint.fd = cq_fd_;
     auto lock = driving();
@@ -334,6 +342,21 @@ class FabricEndpoint final : public Endpoint {
       hint.within = std::min(kIdlePauseMin * (1u << doublings), kIdlePauseMax);
     }
     return hint;
+  }
+
+  // A poll found completions: the idle count and any streak of empty CQ fd wakes start again.
+  void completed() {
+    idle_polls_ = 0;
+    empty_wakes_ = 0;
+  }
+
+  // The CQ fd woke a sleep and a poll then found nothing (kEmptyWakes says why that is counted).
+  void woke_for_nothing() {
+    if (empty_wakes_++ == 0) first_empty_wake_ns_ = now_ns();
+  }
+
+  bool fd_wakes_for_nothing() const {
+    return empty_wakes_ >= kEmptyWakes && now_ns() - first_empty_wake_ns_ >= kEmptyWakeSpan.count();
   }
 
   void drain_wake_fd() {
@@ -642,6 +665,15 @@ class FabricEndpoint final : public Endpoint {
   }
 
   static constexpr uint32_t kIdleYields = 16;
+  // A CQ fd that wakes its sleeper again and again with nothing to read makes every wait a busy loop: libfabric
+  // 1.17's net under RxM kept its fd readable while a rank waited for a late peer (a whole core spent waiting), and
+  // RxM reads its connection events only every FI_OFI_RXM_CM_PROGRESS_INTERVAL (10 ms), its fd ready meanwhile.
+  // After kEmptyWakes such wakes in a row spanning kEmptyWakeSpan, the waits take the no-wait-object path
+  // (manual_wait_hint: polls while a transfer is under way, else pauses doubling to kIdlePauseMax, a poll each) until
+  // something completes. The span keeps a message that arrives in many socket reads, each a wake that completes
+  // nothing yet, from counting: its completion comes first.
+  static constexpr uint32_t kEmptyWakes = 16;
+  static constexpr std::chrono::nanoseconds kEmptyWakeSpan{std::chrono::milliseconds(1)};
   static constexpr std::chrono::microseconds kIdlePauseMin{8};
   static constexpr std::chrono::microseconds kIdlePauseMax{2000};
   static constexpr std::chrono::milliseconds kKeeperTickMin{1}, kKeeperTickMax{8};
@@ -669,6 +701,8 @@ class FabricEndpoint final : public Endpoint {
   base::UniqueFd wake_fd_;  // the no-wait-object path sleeps on it; wake() writes it
   int cq_fd_ = -1;          // the CQ's wait fd (FI_WAIT_FD), where the provider offers one and waiting on it works
   uint32_t idle_polls_ = 0;
+  uint32_t empty_wakes_ = 0;        // CQ fd wakes in a row that found nothing (kEmptyWakes); driver thread only
+  int64_t first_empty_wake_ns_ = 0;  // when the streak began
   // in_transfer()'s clock, under driving(): the last completion or post onto an idle endpoint, and the average gap
   // between completions while requests were in flight (kFirstGap until a completion says otherwise).
   int64_t last_activity_ns_ = 0;
