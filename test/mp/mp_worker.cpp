@@ -915,6 +915,25 @@ void run_elastic(Communicator& comm) {
 // a collective takes when it is issued while the progress thread sleeps on a pending receive and rank 0 is already
 // waiting. Each starts 225 ms after the wait began: a quarter of a slice past its start, so a wake-up that does not
 // come shows as about 25 ms. Prints "WAKE_MS <kind> <ms>" per trial.
+// Rank 0 comes 300 ms late to each of 3 small allreduces; every rank prints the CPU its process spent over them per
+// second of wall time ("LATE_WAIT rank cpu_per_s"): a waiting rank's wait must sleep, whatever the provider.
+void run_late_wait(Communicator& comm) {
+  std::vector<float> data(2, 1.0f);
+  comm.allreduce(data.data(), data.data(), 2, DataType::kFloat32, ReduceOp::kSum).wait();  // connected first
+  auto cpu_s = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+  };
+  const double cpu0 = cpu_s();
+  const int64_t start = steady_ns();
+  for (int k = 0; k < 3; ++k) {
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    comm.allreduce(data.data(), data.data(), 2, DataType::kFloat32, ReduceOp::kSum).wait();
+  }
+  std::printf("LATE_WAIT %d %.4f\n", comm.rank(), (cpu_s() - cpu0) / ((steady_ns() - start) * 1e-9));
+}
+
 void run_wake(Communicator& comm) {
   using Ms = std::chrono::duration<double, std::milli>;
   const auto slice_phase = std::chrono::milliseconds(225);
@@ -1382,6 +1401,12 @@ int main(int argc, char** argv) {
   try {
     if (scenario == "store-requests") return run_store_requests();
     if (scenario == "stall") return run_stall();
+    if (scenario == "providers") {  // what the libfabric this process loads offers, on one line
+      std::string line = "PROVIDERS";
+      for (const std::string& provider : hiercoll::runtime_report().providers) line += " " + provider;
+      std::printf("%s\n", line.c_str());
+      return 0;
+    }
     std::optional<Communicator> holder(Communicator::from_env());
     Communicator& comm = *holder;
     rank = comm.rank();
@@ -1402,6 +1427,7 @@ int main(int argc, char** argv) {
     else if (scenario == "check-mismatch") run_check_mismatch(comm);
     else if (scenario == "elastic") run_elastic(comm);
     else if (scenario == "wake") run_wake(comm);
+    else if (scenario == "late-wait") run_late_wait(comm);
     else if (scenario == "wake-node") run_wake_node(comm);
     else if (scenario == "soak") run_soak(comm);
     else if (scenario == "bucketer") run_bucketer(comm);
