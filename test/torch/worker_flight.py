@@ -5,6 +5,7 @@ its peers failed. A failed call raises at once, the dump under way beside it; th
 reads the dumps with torchfrtrace once every rank has ended."""
 import datetime
 import os
+import pickle
 import sys
 import time
 
@@ -23,11 +24,21 @@ dist.all_reduce(t)
 dist.broadcast(t, 0)
 dist.all_reduce(t)
 if rank == 2:
-    # Idle, as a rank stuck in its data loader would be; its record must still be written.
+    # Idle, as a rank stuck in its data loader would be; its record must still be written. torch writes the dump file
+    # in place (c10d::DebugInfoWriter), so the file exists before it is whole: this waits until it reads as a whole
+    # pickle, for os._exit below would end the write under way.
+    def dumped():
+        try:
+            with open(f"{dump_prefix}{rank}", "rb") as f:
+                pickle.load(f)
+            return True
+        except Exception:  # absent, or cut short: a truncated pickle raises one of several errors
+            return False
+
     deadline = time.monotonic() + 60
-    while not os.path.exists(f"{dump_prefix}{rank}") and time.monotonic() < deadline:
+    while not dumped() and time.monotonic() < deadline:
         time.sleep(0.1)
-    print(f"rank {rank}: record dumped: {os.path.exists(f'{dump_prefix}{rank}')}", flush=True)
+    print(f"rank {rank}: record dumped: {dumped()}", flush=True)
     os._exit(0)
 try:
     dist.all_reduce(t)
