@@ -148,6 +148,16 @@ std::optional<TuningLine> tuning_of(const std::string& output) {
                     m[1].str() + " " + m[2].str() + " " + m[6].str()};
 }
 
+namespace {
+// The CPUs this test process may run on: those of every rank it launches (they run unpinned on this host).
+int allowed_cpus() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  return CPU_COUNT(&cpus);
+}
+}  // namespace
+
 // Node flag waits yield the core where the ranks of the machine outnumber its CPUs, whether they are one node's or
 // several emulated nodes' (which share the machine's cores as much); HIERCOLL_SPIN_YIELD forces either way.
 TEST_CASE("flag waits yield where the machine's ranks outnumber its CPUs, on one node or several", "[mp][hier]") {
@@ -161,11 +171,8 @@ TEST_CASE("flag waits yield where the machine's ranks outnumber its CPUs, on one
   auto result = launch(ranks, HIERCOLL_MP_WORKER, {"layout"}, options);
   INFO(shape.name << ", HIERCOLL_SPIN_YIELD=" << forced << "\n" << result.report());
   REQUIRE(result.all_ok());
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
   // Every rank runs unpinned on this host: the machine's ranks against the CPUs they all share.
-  const bool crowded = ranks > CPU_COUNT(&cpus);
+  const bool crowded = ranks > allowed_cpus();
   const bool want = forced.empty() ? crowded : forced == "1";
   for (int r = 0; r < ranks; ++r) {
     const auto mine = tuning_of(result.ranks[static_cast<size_t>(r)].output);
@@ -191,10 +198,7 @@ TEST_CASE("the link probe's figures reach every rank's cost model", "[mp][hier]"
   CHECK_FALSE((first->net_us == 30 && first->net_gbps == 1));  // measured, not the defaults
   CHECK(first->overhead_us > 0);
   // Every rank is on this host with the same CPUs: as many ranks per CPU as there are ranks over those CPUs.
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
-  CHECK(first->ranks_per_cpu == Approx(static_cast<double>(shape.node_of.size()) / CPU_COUNT(&cpus)));
+  CHECK(first->ranks_per_cpu == Approx(static_cast<double>(shape.node_of.size()) / allowed_cpus()));
   const std::regex choices("CHOICES[a-z ]+");
   std::smatch first_choices;
   REQUIRE(std::regex_search(result.ranks[0].output, first_choices, choices));
@@ -766,14 +770,16 @@ TEST_CASE("a wait asleep in the network ends when it must: at abort(), and for n
 }
 
 // A rank waiting in the network for a late peer sleeps, on every TCP provider the loaded libfabric offers (1.17's
-// net under RxM kept its completion queue's fd readable with nothing to read, and a waiting rank spun on it, a whole
-// core, until fabric waits stopped trusting such a fd: FabricEndpoint::fd_wakes_for_nothing).
+// net under RxM kept its completion queue's fd readable with nothing to read, and a waiting rank spun on it until
+// fabric waits stopped trusting such a fd: FabricEndpoint::fd_wakes_for_nothing).
 TEST_CASE("a rank waiting for a late peer costs little CPU on every TCP provider", "[mp][fabric]") {
   auto listing = launch(1, HIERCOLL_MP_WORKER, {"providers"}, loopback());
   REQUIRE(listing.all_ok());
+  const size_t line = listing.ranks[0].output.find("PROVIDERS");
+  REQUIRE(line != std::string::npos);
   std::set<std::string> listed;
   {
-    std::istringstream words(listing.ranks[0].output.substr(listing.ranks[0].output.find("PROVIDERS")));
+    std::istringstream words(listing.ranks[0].output.substr(line));
     for (std::string word; words >> word;) listed.insert(word);
   }
   REQUIRE(listed.count("tcp"));  // every libfabric build offers it: the case below never runs empty

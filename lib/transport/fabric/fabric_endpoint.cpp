@@ -172,11 +172,13 @@ class FabricEndpoint final : public Endpoint {
     const auto deadline = std::chrono::steady_clock::now() + max_block;
     for (;;) {
       const WaitHint hint = wait_hint();
+      bool fd_woke = false;  // the CQ fd ended the sleep
       if (hint.within.count() == 0) {
         // With a CQ fd, fi_trywait found work pending in the provider (RxM's segments to reassemble, its own
         // queue's entries): poll again at once, as fi_cq_sread does; yielding there cost RxM's 512 KB messages 15%
-        // (git log -S "fi_trywait found work"). Mid-transfer on a manual provider: give the core up between polls
-        // (below).
+        // (git log -S "fi_trywait found work"). Mid-transfer on the no-wait-object path: give the core up between
+        // polls.
+        if (hint.fd == wake_fd_.get()) sched_yield();
       } else {
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
         const auto us = std::max<int64_t>(0, std::min(hint.within, left).count());
@@ -189,19 +191,13 @@ class FabricEndpoint final : public Endpoint {
           drain_wake_fd();
           return true;  // woken (halt, new work, the keeper's completions): the caller looks at its flags
         }
-        if (poll_once()) {
-          completed();
-          return true;
-        }
-        if (count == 2 && (fds[1].revents & POLLIN) != 0) woke_for_nothing();
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        continue;
+        fd_woke = count == 2 && (fds[1].revents & POLLIN) != 0;
       }
-      if (hint.fd == wake_fd_.get()) sched_yield();  // the no-wait-object path mid-transfer (see above)
       if (poll_once()) {
         completed();
         return true;
       }
+      if (fd_woke) woke_for_nothing();
       if (std::chrono::steady_clock::now() >= deadline) return false;
     }
   }
@@ -666,8 +662,9 @@ class FabricEndpoint final : public Endpoint {
 
   static constexpr uint32_t kIdleYields = 16;
   // A CQ fd that wakes its sleeper again and again with nothing to read makes every wait a busy loop: libfabric
-  // 1.17's net under RxM kept its fd readable while a rank waited for a late peer (a whole core spent waiting), and
-  // RxM reads its connection events only every FI_OFI_RXM_CM_PROGRESS_INTERVAL (10 ms), its fd ready meanwhile.
+  // 1.17's net under RxM kept its fd readable while a rank waited for a late peer (docs/benchmarks.md, "Small
+  // messages between emulated nodes"), and RxM reads its connection events only every
+  // FI_OFI_RXM_CM_PROGRESS_INTERVAL, its fd ready meanwhile.
   // After kEmptyWakes such wakes in a row spanning kEmptyWakeSpan, the waits take the no-wait-object path
   // (manual_wait_hint: polls while a transfer is under way, else pauses doubling to kIdlePauseMax, a poll each) until
   // something completes. The span keeps a message that arrives in many socket reads, each a wake that completes
