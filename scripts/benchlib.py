@@ -17,6 +17,7 @@ BUILD = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))  # as scripts/d
 LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 PEERS = os.path.join(ROOT, ".peers")  # Intel MPI and MPICH from PyPI, each in its own prefix (bench-peers)
+CLUSTER = os.path.join(ROOT, "scripts", "emulation", "cluster")  # the emulated cluster's script (up, down, status)
 # Open MPI from Debian's packages unpacked under this root instead of the system's: the lent GPU machine has none
 # (scripts/dev/gpu-check unpacks them there). Its tools are then <collective>_perf_openmpi.
 OPENMPI_ROOT = os.environ.get("HIERCOLL_OPENMPI_ROOT", "")
@@ -255,6 +256,13 @@ def state_name(readings):
         else:
             names.add("near, slow writes (stores into lines the other core holds)")
     return names.pop() if len(names) == 1 else "mixed"
+
+
+def bootstrap_interval(resample, draws=2000):
+    """The 95% interval of `draws` draws of `resample()` (a statistic of data resampled with replacement): (low,
+    high)."""
+    values = sorted(resample() for _ in range(draws))
+    return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
 
 
 def human(b):
