@@ -53,6 +53,27 @@ PYBIND11_MODULE(_C, m) {
       "Whether the group's calls go into torch's flight record natively; `on` turns that on or off (the benchmark's "
       "recorder-off column).");
   m.def(
+      "_record_calls",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, at::Tensor tensor, int calls) {
+        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
+        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        TORCH_CHECK(calls > 0, "_record_calls: calls must be positive, got ", calls);
+        hiercoll_torch::GroupRecord* record = ours->flight_record();
+        TORCH_CHECK(record != nullptr, "_record_calls: this build does not record natively");
+        const std::vector<at::Tensor> tensors{tensor};
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) {
+          // What a recorded all_reduce asks of torch's recorder, and nothing else: its entry, then its retirement.
+          hiercoll_torch::GroupRecord::retire(record->record(*ours, c10d::OpType::ALLREDUCE, 0, false, tensors, tensors), 0.0f);
+        }
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
+      },
+      py::arg("group"), py::arg("tensor"), py::arg("calls"), py::call_guard<py::gil_scoped_release>(),
+      "A benchmark's probe: `calls` entries recorded and retired in torch's flight recorder as an in-place all_reduce "
+      "of `tensor` records them, with no collective (sequence number 0: they stand out in a dump), without the GIL as "
+      "torch's own call runs; microseconds per entry. bench/torch/recorder_cost.py sets it beside the recorded "
+      "call: what torch's record() costs alone.");
+  m.def(
       "allreduce_algorithm",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {
         return communicator_of(group).allreduce_algorithm(bytes);

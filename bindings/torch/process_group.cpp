@@ -37,32 +37,7 @@ ProcessGroupHiercoll::ProcessGroupHiercoll(c10::intrusive_ptr<c10d::Store> store
 // abort hooks dump the record) on the caller's thread inside the issue. The entry waits on this thread for submit().
 void ProcessGroupHiercoll::record_ahead(c10d::OpType type, const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs) {
-  if (record_) GroupRecord::stash(record_->record(*this, recorded_name(type), sequence_ + 1, false, inputs, outputs));
-}
-
-// The op as torch's flight record names it after "hiercoll:" (torch's own hook used the same names).
-const char* ProcessGroupHiercoll::recorded_name(c10d::OpType type) {
-  switch (type) {
-    case c10d::OpType::BROADCAST: return "broadcast";
-    case c10d::OpType::ALLREDUCE: return "all_reduce";
-    case c10d::OpType::ALLREDUCE_COALESCED: return "all_reduce_coalesced";
-    case c10d::OpType::REDUCE: return "reduce";
-    case c10d::OpType::ALLGATHER: return "all_gather";
-    case c10d::OpType::_ALLGATHER_BASE: return "all_gather_into_tensor";
-    case c10d::OpType::ALLGATHER_COALESCED: return "all_gather_coalesced";
-    case c10d::OpType::GATHER: return "gather";
-    case c10d::OpType::SCATTER: return "scatter";
-    case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
-    case c10d::OpType::_REDUCE_SCATTER_BASE: return "reduce_scatter_tensor";
-    case c10d::OpType::ALLTOALL_BASE: return "all_to_all_single";
-    case c10d::OpType::ALLTOALL: return "all_to_all";
-    case c10d::OpType::SEND: return "send";
-    case c10d::OpType::RECV: return "recv";
-    case c10d::OpType::RECVANYSOURCE: return "recv_any_source";
-    case c10d::OpType::BARRIER: return "barrier";
-    case c10d::OpType::COALESCED: return "coalesced";
-    default: return "unknown";
-  }
+  if (record_) GroupRecord::stash(record_->record(*this, type, sequence_ + 1, false, inputs, outputs));
 }
 
 ProcessGroupHiercoll::~ProcessGroupHiercoll() {
@@ -118,7 +93,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHiercoll::submit(c10d::OpType type, s
   if (record_) {
     GroupRecord::Entry entry;
     if (!GroupRecord::take_stashed(entry))
-      entry = record_->record(*this, recorded_name(type), sequence, p2p, inputs.empty() ? outputs : inputs, outputs);
+      entry = record_->record(*this, type, sequence, p2p, inputs.empty() ? outputs : inputs, outputs);
     handle->set_record(entry);
   }
   // In place on CUDA tensors with nothing to copy afterwards: wait() orders streams instead of blocking.

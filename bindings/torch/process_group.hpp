@@ -245,7 +245,6 @@ class ProcessGroupHiercoll : public compat::BackendBase {
   std::atomic<uint64_t> p2p_sequence_{0};  // point-to-point calls issued (the flight record's p2p_seq_id)
   // The abort hook that dumps the group's own flight record (recorder.hpp), below any id torch hands out.
   static constexpr int64_t kDumpHook = std::numeric_limits<int64_t>::min();
-  static const char* recorded_name(c10d::OpType type);
   void record_ahead(c10d::OpType type, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
   // A monitored barrier failed: it left messages posted that no peer will match, which shutdown and the destructor
   // abort instead of waiting the group's whole timeout for them.

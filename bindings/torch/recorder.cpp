@@ -2,6 +2,10 @@
 
 #include <c10/util/Logging.h>
 
+#include <array>
+#include <string>
+#include <utility>
+
 #if HIERCOLL_TORCH_RECORDS_NATIVELY
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
@@ -29,6 +33,38 @@ namespace {
 
 constexpr const char* kBackend = "hiercoll";
 
+// The ops as torch's flight record names them, "hiercoll:" and the names torch's own hook gave them, made once: an
+// entry's name is copied into it per call.
+const std::string& profiling_name(c10d::OpType type) {
+  static const auto names = [] {
+    const std::pair<c10d::OpType, const char*> rows[] = {
+        {c10d::OpType::BROADCAST, "broadcast"},
+        {c10d::OpType::ALLREDUCE, "all_reduce"},
+        {c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced"},
+        {c10d::OpType::REDUCE, "reduce"},
+        {c10d::OpType::ALLGATHER, "all_gather"},
+        {c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor"},
+        {c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced"},
+        {c10d::OpType::GATHER, "gather"},
+        {c10d::OpType::SCATTER, "scatter"},
+        {c10d::OpType::REDUCE_SCATTER, "reduce_scatter"},
+        {c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor"},
+        {c10d::OpType::ALLTOALL_BASE, "all_to_all_single"},
+        {c10d::OpType::ALLTOALL, "all_to_all"},
+        {c10d::OpType::SEND, "send"},
+        {c10d::OpType::RECV, "recv"},
+        {c10d::OpType::RECVANYSOURCE, "recv_any_source"},
+        {c10d::OpType::BARRIER, "barrier"},
+        {c10d::OpType::COALESCED, "coalesced"},
+    };
+    std::array<std::string, 256> table;
+    table.fill(std::string(kBackend) + ":unknown");
+    for (const auto& [type, name] : rows) table[static_cast<uint8_t>(type)] = std::string(kBackend) + ":" + name;
+    return table;
+  }();
+  return names[static_cast<uint8_t>(type)];
+}
+
 // torch's instance for the backend, the one its dump functions read (recorder.hpp says why not get()).
 c10d::FlightRecorder<c10::Event>* recorder() {
   static c10d::FlightRecorder<c10::Event>* const instance = c10d::getFlightRecorder(kBackend);
@@ -51,7 +87,7 @@ GroupRecord::GroupRecord(int group_rank, std::vector<uint64_t> global_ranks, std
 
 GroupRecord::~GroupRecord() = default;
 
-GroupRecord::Entry GroupRecord::record(const c10d::Backend& group, const char* op, uint64_t sequence, bool p2p,
+GroupRecord::Entry GroupRecord::record(const c10d::Backend& group, c10d::OpType op, uint64_t sequence, bool p2p,
                                        const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   c10d::FlightRecorder<c10::Event>* fr = recorder();
   if (fr == nullptr || !fr->enabled_ || !enabled()) return {};
@@ -69,7 +105,7 @@ GroupRecord::Entry GroupRecord::record(const c10d::Backend& group, const char* o
   });
   const uint64_t op_id = op_id_.fetch_add(1, std::memory_order_relaxed) + 1;
   const auto where = fr->recordWithResetEnabled(pg_id_, name_, p2p ? 0 : sequence, p2p ? sequence : 0, op_id,
-                                                std::string(kBackend) + ":" + op, inputs, outputs, nullptr, nullptr,
+                                                profiling_name(op), inputs, outputs, nullptr, nullptr,
                                                 timeout_, status_, p2p);
   return {where.id, where.reset_epoch};
 }
@@ -96,7 +132,7 @@ void GroupRecord::dump() {
 GroupRecord::GroupRecord(int group_rank, std::vector<uint64_t> global_ranks, std::chrono::milliseconds timeout)
     : group_rank_(group_rank), global_ranks_(std::move(global_ranks)), timeout_(timeout), pg_id_(0) {}
 GroupRecord::~GroupRecord() = default;
-GroupRecord::Entry GroupRecord::record(const c10d::Backend&, const char*, uint64_t, bool, const std::vector<at::Tensor>&,
+GroupRecord::Entry GroupRecord::record(const c10d::Backend&, c10d::OpType, uint64_t, bool, const std::vector<at::Tensor>&,
                                        const std::vector<at::Tensor>&) {
   return {};
 }

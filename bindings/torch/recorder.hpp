@@ -60,9 +60,9 @@ class GroupRecord {
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void enable(bool on) { enabled_.store(on, std::memory_order_relaxed); }
 
-  /// Records a call as issued ("scheduled"): its op name without the backend's prefix ("all_reduce"), its
-  /// sequence number among the group's collectives (or point-to-point calls, where `p2p`), its tensors.
-  Entry record(const c10d::Backend& group, const char* op, uint64_t sequence, bool p2p,
+  /// Records a call as issued ("scheduled"): its op (named "hiercoll:all_reduce" and so on), its sequence number
+  /// among the group's collectives (or point-to-point calls, where `p2p`), its tensors.
+  Entry record(const c10d::Backend& group, c10d::OpType op, uint64_t sequence, bool p2p,
                const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
   /// The call completed successfully after `duration_ms`: the entry reads "completed". A failed call is never
   /// retired, as torch's own backends leave it: it reads "scheduled", the call that did not finish.
