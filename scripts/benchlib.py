@@ -18,6 +18,11 @@ LAUNCH = os.path.join(BUILD, "tools", "hiercoll_launch")
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 PEERS = os.path.join(ROOT, ".peers")  # Intel MPI and MPICH from PyPI, each in its own prefix (bench-peers)
 CLUSTER = os.path.join(ROOT, "scripts", "emulation", "cluster")  # the emulated cluster's script (up, down, status)
+# The reports the scripts write into, section by section (docs/README.md): the tables a user compares; hiercoll beside
+# every peer at every size and host state; the measurements behind the design.
+BENCHMARKS_DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+PEERS_DOC = os.path.join(ROOT, "docs", "peers.md")
+EXPERIMENTS_DOC = os.path.join(ROOT, "docs", "experiments.md")
 # Open MPI from Debian's packages unpacked under this root instead of the system's: the lent GPU machine has none
 # (scripts/dev/gpu-check unpacks them there). Its tools are then <collective>_perf_openmpi.
 OPENMPI_ROOT = os.environ.get("HIERCOLL_OPENMPI_ROOT", "")
@@ -224,7 +229,7 @@ def machine_state():
     cores that share a cache, 45-65 ns and 11-17; no shared cache, 200-250 ns and 1.8-2.6. Each state lasts seconds
     to minutes, and memory-bound sizes move with it by 2x and more for every library alike. The second reading also
     tells apart a state the first misses: lines handed over quickly, but stores into lines the other core holds as
-    slow as with no shared cache (docs/benchmarks.md, "Publishing into lines another core holds"). Quiet: measured
+    slow as with no shared cache (docs/experiments.md, "Publishing into lines another core holds"). Quiet: measured
     around every run."""
     return handover_ns(), _reading(os.path.join(BUILD, "bench", "shared_writes"), "--rate", "1048576")
 

@@ -11,7 +11,7 @@
 // it derives from the cache), vector stores of a copy (AVX2), non-temporal vector stores of a copy (AVX2: past the
 // caches, to memory), vector stores of a float sum of two private buffers (AVX2: a reduction kernel writing its result
 // straight into the shared lines). Where the cores share no cache, how each kind waits for the other core to give up
-// its lines differs (docs/benchmarks.md, "Publishing a reduced shard by copy"); core_handover says which case a run
+// its lines differs (docs/experiments.md, "Publishing a reduced shard by copy"); core_handover says which case a run
 // met.
 //
 // B's ways: memcpy; memcpy and then evicting each line it read from every cache (clflushopt), so that A's next

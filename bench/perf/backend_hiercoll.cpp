@@ -9,7 +9,7 @@ class HiercollBackend final : public Backend {
   HiercollBackend() : comm_(Communicator::from_env()) {
     // Start-up ends before anything is timed. On one host the fabric opens on a thread of its own after create
     // (docs/design.md, "Start-up"), a tenth of a second of CPU on the core the rank runs on: timed calls made
-    // meanwhile lost a scheduler slice to it now and then (docs/benchmarks.md, "Benchmarks start timing after the
+    // meanwhile lost a scheduler slice to it now and then (docs/experiments.md, "Benchmarks start timing after the
     // fabric has opened"). A reduce is an operation that waits for the fabric; an MPI opens its transports inside
     // MPI_Init.
     float one = 1, sum = 0;

@@ -163,10 +163,10 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
   // and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the rank's own
   // shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as large as the
   // cache is reduced into the area alone and the rank's own shard copied from there after the others' (`both`
-  // false), which measured faster there whether or not the ranks' cores share that cache (docs/benchmarks.md,
+  // false), which measured faster there whether or not the ranks' cores share that cache (docs/experiments.md,
   // "Measured design decisions"). So is a small share (under h.output_share_bytes per rank): writing it to the output
   // as well, before the signal the other ranks wait for, measured slower at 4 ranks than copying it from the area
-  // (still in cache at that size) after the gather (docs/benchmarks.md, "The output copy of a small shard"). Across
+  // (still in cache at that size) after the gather (docs/experiments.md, "The output copy of a small shard"). Across
   // nodes the shard is reduced into `out` for the network phase; on device memory every copy is a kernel launch, and
   // one copy of the piece costs less than two.
   const bool direct = !network && queue.kind() == device::MemoryKind::kHost;

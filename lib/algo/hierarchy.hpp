@@ -50,7 +50,7 @@ struct NodeMemory {
   uint64_t direct_bytes = 0;
   /// Whether rounds of host memory move on through their areas (node_round): where each local rank has a core of
   /// its own. Where ranks share cores, the peer whose copy a store waits for is often on the same core, and the
-  /// rotation only adds its footprint (measured slower there: docs/benchmarks.md, "Rotating within the areas").
+  /// rotation only adds its footprint (measured slower there: docs/experiments.md, "Rotating within the areas").
   bool rotate = false;
   /// Scratch of the schedules, one entry per local rank, kept so that small operations allocate nothing.
   std::vector<uint64_t*> flags;
@@ -90,7 +90,7 @@ inline void node_sync(
 /// comes round, wrapping, so that a rank writes the same lines again only after every position of its slot: a store
 /// into lines a peer has just read waits for that peer's copy to be invalidated, which made the copies of mid-size
 /// calls cost more than the data they move, and lines the peer read that long ago have left its caches
-/// (docs/benchmarks.md, "Rotating within the areas"). Below kRotateFromBytes a round moves a few lines, and a fresh
+/// (docs/experiments.md, "Rotating within the areas"). Below kRotateFromBytes a round moves a few lines, and a fresh
 /// page each time costs more (its TLB entry, lines from memory) than the invalidations it saves. Every rank computes
 /// the same offset from the generation, `bytes` (which the round's signature check makes agree) and `rotate` (which
 /// every local rank derives from the same gathered figures).

@@ -33,7 +33,8 @@ void node_reduce_round(NodeMemory& m, NodeRound r, uint64_t signature, const dev
 
 namespace {
 
-// The largest own block the node allgather copies before waiting for the others' (measured: docs/benchmarks.md).
+// The largest own block the node allgather copies before waiting for the others' (docs/experiments.md, "The one-node
+// allgather's own block").
 constexpr size_t kOwnBlockFirstBytes = 32 << 10;
 
 // node_signature kinds (the hierarchical allreduce is 0). The direct ones differ from the staged: ranks whose
@@ -190,7 +191,7 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
     parts.count.assign(static_cast<size_t>(L), n);
     // Our own block straight from the input (nothing to copy when in place). A small one is copied while the others
     // stage theirs, which hides the wait for their flags; a large one after the others' blocks, which are then read
-    // while they are still in their stagers' caches (docs/benchmarks.md, "The one-node allgather's own block").
+    // while they are still in their stagers' caches (docs/experiments.md, "The one-node allgather's own block").
     uint8_t* own = output + (static_cast<size_t>(me) * send_count + offset) * elem;
     const bool own_first = n * elem <= kOwnBlockFirstBytes;
     node_gather_round(m, r, transport::kFlagStaged, signature, wait, parts, output + offset * elem, send_count, type,

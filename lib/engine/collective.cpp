@@ -168,7 +168,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
                                               const Call& call) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
   // names and completion state that carry it across can cost more than a small allreduce itself
-  // (docs/benchmarks.md). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
+  // (docs/experiments.md, "The caller's thread"). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
   if (!settings_.caller_thread || settings_.check_collectives || !take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
   // the collective as data and names it only if it is read: naming every call and precise clock reads showed in

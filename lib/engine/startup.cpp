@@ -495,7 +495,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     }
     host_memory_.peers = arena_.get();
     // Not where the node's ranks outnumber its cores: there each rank's reads of every peer cost more than the
-    // staged rounds (docs/benchmarks.md).
+    // staged rounds (docs/experiments.md, "Single copies through cross-memory attach").
     host_memory_.direct_bytes = layout_.local_size > cpus ? 0 : settings_.cma_bytes;
     // From every rank's CPUs (gathered at start-up), so that all local ranks agree: ranks that disagreed would read
     // each other's data at different offsets.

@@ -27,14 +27,14 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
 /// Each block of the result is written to dst first and copied from there to `copy` in whole blocks, so dst is best
 /// this core's own memory and `copy` the lines another core reads next: a store to a line another core holds waits
 /// for that core to give it up, and a plain copy of whole lines (glibc's memcpy: rep movsb) waits for them far less
-/// than a kernel's vector stores do, most of all where the cores share no cache (docs/benchmarks.md, "Publishing a
+/// than a kernel's vector stores do, most of all where the cores share no cache (docs/experiments.md, "Publishing a
 /// reduced shard by copy"); the copy is publish()'s, which streams it in a spell of slow copies.
 void reduce_sources(void* dst, const void* const* sources, int n, size_t count, DataType type, ReduceOp op,
                     void* copy = nullptr, Stores stores = Stores::kAuto);
 /// dst <- src (not overlapping), where dst is lines other cores read next: a node's shared areas. With glibc's memcpy,
 /// unless this thread's recent such copies ran slower than a non-temporal copy would: a store to a line another core
 /// holds waits for that core to give it up, and on some hosts, at times, that wait alone makes memcpy several times
-/// slower than non-temporal stores, which take no line from anyone (docs/benchmarks.md, "Publishing into lines
+/// slower than non-temporal stores, which take no line from anyone (docs/experiments.md, "Publishing into lines
 /// another core holds"). A thread that measures slow copies (PublishPolicy in dispatch.cpp) streams its copies for a
 /// while, then tries memcpy again. dst's contents are in memory, ordered before the caller's next store, on return.
 void publish(void* dst, const void* src, size_t bytes);

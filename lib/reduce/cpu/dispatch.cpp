@@ -113,7 +113,7 @@ void reduce_chain(ReduceFn fn, void* to, const void* const* sources, int n, size
 
 // publish()'s choice, per thread: memcpy while copies into shared lines run at a copy's rate; non-temporal stores for
 // a spell once kSlowInARow measured copies in a row ran slower than kSlowBytesPerNs, then memcpy again to see whether
-// the host's state has passed (it comes and goes within minutes: docs/benchmarks.md, "Publishing into lines another
+// the host's state has passed (it comes and goes within minutes: docs/experiments.md, "Publishing into lines another
 // core holds"). A spell that memcpy's next trial confirms is twice as long as the one before (at most kLongestSpell
 // copies); a fast copy brings it back to kFirstSpell. Copies of kMeasuredBytes or more are timed; smaller ones, one in
 // kSampleEvery (two clock reads would weigh on a 16 KB copy). The first kUnmeasured timed copies count for nothing: they fault in the pages
@@ -153,7 +153,7 @@ class PublishPolicy {
   static constexpr unsigned kSampleEvery = 8;
   static constexpr unsigned kUnmeasured = 32;
   // Below it memcpy loses to a non-temporal copy even after what the reader pays to fetch a streamed copy from memory
-  // rather than from a cache (build/bench/shared_writes; the figures in docs/benchmarks.md, as above).
+  // rather than from a cache (build/bench/shared_writes; the figures in docs/experiments.md, as above).
   static constexpr double kSlowBytesPerNs = 8.0;
   static constexpr unsigned kSlowInARow = 6;
   static constexpr unsigned kFirstSpell = 64, kLongestSpell = 8192;
@@ -241,7 +241,7 @@ bool streamed(Stores stores, size_t bytes) {
 namespace {
 
 // A result this small stays in L1 across chained whole-buffer passes, so blocking it saves no memory traffic, only
-// adds a kernel call per block and source (measured: docs/benchmarks.md, "Chained passes for small results").
+// adds a kernel call per block and source (measured: docs/experiments.md, "Chained passes for small results").
 constexpr size_t kChainedBytes = 16 << 10;
 
 // Every reduction's one path, with the kernels of `isa`: one destination in ordinary stores, from two sources or

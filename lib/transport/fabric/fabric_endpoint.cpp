@@ -662,7 +662,7 @@ class FabricEndpoint final : public Endpoint {
 
   static constexpr uint32_t kIdleYields = 16;
   // A CQ fd that wakes its sleeper again and again with nothing to read makes every wait a busy loop: libfabric
-  // 1.17's net under RxM kept its fd readable while a rank waited for a late peer (docs/benchmarks.md, "Small
+  // 1.17's net under RxM kept its fd readable while a rank waited for a late peer (docs/peers.md, "Small
   // messages between emulated nodes"), and RxM reads its connection events only every
   // FI_OFI_RXM_CM_PROGRESS_INTERVAL, its fd ready meanwhile.
   // After kEmptyWakes such wakes in a row spanning kEmptyWakeSpan, the waits take the no-wait-object path
