@@ -1,6 +1,7 @@
 #include "algo/select.hpp"
 
 #include <cmath>
+#include <iterator>
 #include <iomanip>
 #include <sstream>
 
@@ -33,11 +34,18 @@ constexpr AlgorithmName kAlgorithmNames[] = {
 };
 // clang-format on
 
-const AlgorithmName* row_of(Algorithm algorithm) {
-  for (const AlgorithmName& row : kAlgorithmNames) {
-    if (row.algorithm == algorithm) return &row;
+constexpr bool names_in_order() {
+  for (size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
+    if (static_cast<size_t>(kAlgorithmNames[i].algorithm) != i) return false;
   }
-  return nullptr;
+  return true;
+}
+static_assert(std::size(kAlgorithmNames) == kAlgorithmCount, "one row of kAlgorithmNames per Algorithm");
+static_assert(names_in_order(), "kAlgorithmNames in the order of Algorithm");
+
+const AlgorithmName* row_of(Algorithm algorithm) {
+  const auto i = static_cast<size_t>(algorithm);
+  return i < kAlgorithmCount ? &kAlgorithmNames[i] : nullptr;
 }
 
 }  // namespace
@@ -253,7 +261,7 @@ Selector::Selector(CostModel model, Layout layout, bool hierarchy_ready, const s
       forced_algo_ = Algorithm::kRing;
     }
   }
-  for (size_t k = static_cast<size_t>(Kind::kReduceScatter); k < kKinds; ++k) {
+  for (size_t k = static_cast<size_t>(Kind::kReduceScatter); k < kKindSlots; ++k) {
     for (bool device : {false, true}) {
       const Situation here = situation(device);
       const Choice* first = nullptr;
@@ -340,7 +348,7 @@ std::string Selector::tuning_table() const {
 Algorithm Selector::choose(Kind kind, size_t bytes, bool device) const {
   if (kind == Kind::kAllreduce) return device ? choose_for_device(bytes) : choose(bytes);
   const size_t k = static_cast<size_t>(kind);
-  if (k <= static_cast<size_t>(Kind::kAllreduce) || k >= kKinds) {
+  if (k <= static_cast<size_t>(Kind::kAllreduce) || k >= kKindSlots) {
     throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(kind)));
   }
   return fixed_[k][device];

@@ -22,7 +22,20 @@ namespace hiercoll::algo {
 /// on one node); broadcast and reduce: chain; alltoall: pairwise; barrier: dissemination. Their names, and which
 /// HIERCOLL_ALGO may force, are the rows of kAlgorithmNames (select.cpp); which kinds each runs and when, the rows of
 /// kChoices; how the engine runs each (algorithm, kind), the rows of engine/schedules.cpp.
-enum class Algorithm { kRing, kRecursiveDoubling, kHierarchical, kSharded, kNode, kChain, kPairwise, kDissemination };
+/// kEnd counts them: a new algorithm is a value before it and a row of kAlgorithmNames (select.cpp asserts one row
+/// per value, in order).
+enum class Algorithm {
+  kRing,
+  kRecursiveDoubling,
+  kHierarchical,
+  kSharded,
+  kNode,
+  kChain,
+  kPairwise,
+  kDissemination,
+  kEnd
+};
+inline constexpr size_t kAlgorithmCount = static_cast<size_t>(Algorithm::kEnd);
 const char* to_string(Algorithm algo);
 /// The algorithm HIERCOLL_ALGO names ("ring", "rd", "hier", "sharded"); throws InvalidUsageError listing those it
 /// accepts for any other name.
@@ -136,8 +149,7 @@ class Selector {
   mutable std::atomic<uint64_t> remembered_[kRemembered] = {};
   // The other kinds' choices depend on nothing a call passes but where its buffers are: made once, read per call
   // (indexed by Kind, then device buffers or not; kAllreduce's entries unused).
-  static constexpr size_t kKinds = static_cast<size_t>(Kind::kBarrier) + 1;
-  Algorithm fixed_[kKinds][2] = {};
+  Algorithm fixed_[kKindSlots][2] = {};
 };
 
 }  // namespace hiercoll::algo

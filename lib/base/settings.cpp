@@ -128,7 +128,7 @@ Settings read(bool use_env) {
   Settings s;
   read_process(r, s);
   s.check_collectives = r.flag("HIERCOLL_CHECK_COLLECTIVES") || s.debug == "DETAIL";
-  s.algo = r.one_of("HIERCOLL_ALGO", {"ring", "rd", "hier", "sharded"});
+  s.algo = r.text("HIERCOLL_ALGO");  // the selector's rows say which names it takes (algo::forced_algorithm)
   s.node_id = r.text("HIERCOLL_NODE_ID");
   s.net_bw_gbps = r.positive("HIERCOLL_NET_BW_GBPS");
   s.net_lat_us = r.positive("HIERCOLL_NET_LAT_US");

@@ -25,7 +25,7 @@ const std::vector<Knob>& knobs();
 struct Settings {
   std::string debug;               ///< HIERCOLL_DEBUG: VERSION, WARN, INFO, DETAIL (INFO + mismatch check), TRACE
   bool check_collectives = false;  ///< HIERCOLL_CHECK_COLLECTIVES, or HIERCOLL_DEBUG=DETAIL
-  std::string algo;                ///< HIERCOLL_ALGO: "" (cost model), ring, rd, hier, sharded
+  std::string algo;                ///< HIERCOLL_ALGO: "" (cost model) or a name algo::forced_algorithm takes
   std::string node_id;             ///< HIERCOLL_NODE_ID: "" means the host name
   double net_bw_gbps = 0, net_lat_us = 0, shm_bw_gbps = 0, shm_lat_us = 0;  ///< cost-model figures
   double net_overhead_us = 0;  ///< HIERCOLL_NET_OVERHEAD_US: cost model's CPU time per message sent or received

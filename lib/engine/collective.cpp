@@ -99,51 +99,31 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
   return impl.enqueue_device_collective(std::move(what), descriptor, device, options.stream, std::move(device_issue));
 }
 
-// The buffers a collective reads and writes, checked: sizes from the count, the shapes its kind has, non-null and
-// aligned where used, in place or disjoint.
+// The buffers a collective reads and writes, checked against its kind's row (algo/kind.hpp): sizes from the count
+// and the row's extents, non-null and aligned where used, in place (where the row puts the input) or disjoint; the
+// op where it reduces, the root where it has one.
 Buffers validate(const Collective& c, int rank, int size) {
-  const char* name = algo::to_string(c.kind);
-  const size_t n = static_cast<size_t>(size), r = static_cast<size_t>(rank);
-  const bool root = rank == c.root;
-  auto both = [&](size_t in_bytes, size_t out_bytes, const void* in_place_at) {
-    check_buffer(name, "input", c.in, in_bytes, c.type);
-    check_buffer(name, "output", c.out, out_bytes, c.type);
-    check_overlap(name, c.in, in_bytes, c.out, out_bytes, in_place_at);
-    return Buffers{c.in, in_bytes, c.out, out_bytes};
-  };
-  switch (c.kind) {
-    case algo::Kind::kAllreduce: {
-      size_t bytes = checked_bytes(name, c.count, c.type);
-      check_op(name, c.type, c.op);
-      return both(bytes, bytes, c.out);
-    }
-    case algo::Kind::kReduceScatter: {
-      size_t out_bytes = checked_bytes(name, c.count, c.type), in_bytes = checked_bytes(name, c.count, c.type, n);
-      check_op(name, c.type, c.op);
-      return both(in_bytes, out_bytes, static_cast<const uint8_t*>(c.out) - r * out_bytes);
-    }
-    case algo::Kind::kAllgather: {
-      size_t in_bytes = checked_bytes(name, c.count, c.type), out_bytes = checked_bytes(name, c.count, c.type, n);
-      return both(in_bytes, out_bytes, static_cast<const uint8_t*>(c.out) + r * in_bytes);
-    }
-    case algo::Kind::kBroadcast: {  // only the root reads an input
-      size_t bytes = checked_bytes(name, c.count, c.type);
-      check_rank(name, "root", c.root, size);
-      return both(root ? bytes : 0, bytes, c.out);
-    }
-    case algo::Kind::kReduce: {  // only the root writes an output
-      size_t bytes = checked_bytes(name, c.count, c.type);
-      check_op(name, c.type, c.op);
-      check_rank(name, "root", c.root, size);
-      return both(bytes, root ? bytes : 0, c.out);
-    }
-    case algo::Kind::kAlltoall: {
-      size_t bytes = checked_bytes(name, c.count, c.type, n);
-      return both(bytes, bytes, c.out);
-    }
-    case algo::Kind::kBarrier: return Buffers{nullptr, 0, nullptr, 0};
+  if (!algo::is_kind(c.kind)) {
+    throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<uint32_t>(c.kind)));
   }
-  throw InvalidUsageError("unknown collective kind " + std::to_string(static_cast<int>(c.kind)));
+  const algo::KindRow& row = algo::row_of(c.kind);
+  const char* name = row.name;
+  const size_t r = static_cast<size_t>(rank);
+  auto extent = [&](algo::Extent e) {
+    return e == algo::Extent::kNone ? 0 : checked_bytes(name, c.count, c.type, e == algo::Extent::kRanks ? size : 1);
+  };
+  size_t in_bytes = extent(row.in), out_bytes = extent(row.out);
+  if (row.reduces) check_op(name, c.type, c.op);
+  if (row.rooted) check_rank(name, "root", c.root, size);
+  if (row.in_at_root_only && rank != c.root) in_bytes = 0;
+  if (row.out_at_root_only && rank != c.root) out_bytes = 0;
+  const void* in_place_at = c.out;
+  if (row.in_place == algo::InPlace::kOutputInside) in_place_at = static_cast<const uint8_t*>(c.out) - r * out_bytes;
+  if (row.in_place == algo::InPlace::kInputInside) in_place_at = static_cast<const uint8_t*>(c.out) + r * in_bytes;
+  check_buffer(name, "input", c.in, in_bytes, c.type);
+  check_buffer(name, "output", c.out, out_bytes, c.type);
+  check_overlap(name, c.in, in_bytes, c.out, out_bytes, in_place_at);
+  return Buffers{c.in, in_bytes, c.out, out_bytes};
 }
 
 // Up to this size a collective of host buffers in node memory only may run on its caller's thread (run_here), which
@@ -244,7 +224,7 @@ Work CommunicatorImpl::collective(const Collective& c) {
     if (std::optional<Work> done = run_here(c, algorithm, schedule, call)) return *std::move(done);
   }
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
-                                      static_cast<uint32_t>(record::has_op(c.kind) ? c.op : ReduceOp::kSum), c.root,
+                                      static_cast<uint32_t>(algo::row_of(c.kind).reduces ? c.op : ReduceOp::kSum), c.root,
                                       c.count};
   DeviceIssue device_issue = device >= 0 && schedule.device ? schedule.device(*this, call, c.in, c.out) : nullptr;
   return run(*this, device, describe(c, algorithm, device >= 0), descriptor, buffers, c.options,

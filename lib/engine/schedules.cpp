@@ -173,13 +173,10 @@ const Schedule kSchedules[] = {
      nullptr, nullptr},
 };
 
-constexpr size_t kAlgorithms = static_cast<size_t>(Algorithm::kDissemination) + 1;
-constexpr size_t kKinds = static_cast<size_t>(Kind::kBarrier) + 1;
-
 // Indexed once, so that a lookup on the small-call path is two array reads.
-const std::array<std::array<const Schedule*, kKinds>, kAlgorithms>& index() {
+const std::array<std::array<const Schedule*, algo::kKindSlots>, algo::kAlgorithmCount>& index() {
   static const auto table = [] {
-    std::array<std::array<const Schedule*, kKinds>, kAlgorithms> t{};
+    std::array<std::array<const Schedule*, algo::kKindSlots>, algo::kAlgorithmCount> t{};
     for (const Schedule& s : kSchedules) t[static_cast<size_t>(s.algorithm)][static_cast<size_t>(s.kind)] = &s;
     return t;
   }();
@@ -190,7 +187,7 @@ const std::array<std::array<const Schedule*, kKinds>, kAlgorithms>& index() {
 
 const Schedule& schedule_of(Algorithm algorithm, Kind kind) {
   const size_t a = static_cast<size_t>(algorithm), k = static_cast<size_t>(kind);
-  const Schedule* found = a < kAlgorithms && k < kKinds ? index()[a][k] : nullptr;
+  const Schedule* found = a < algo::kAlgorithmCount && k < algo::kKindSlots ? index()[a][k] : nullptr;
   if (found == nullptr) {
     throw InternalError(std::string("no schedule runs ") + algo::to_string(kind) + " with algorithm " +
                         algo::to_string(algorithm));

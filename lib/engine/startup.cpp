@@ -85,6 +85,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     timeout_ms_ = settings_.timeout_ms;
   }
   if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
+  // A name HIERCOLL_ALGO does not take fails the create before any rank waits for another (the selector, made after
+  // the bootstrap, would refuse it there).
+  if (!settings_.algo.empty()) algo::forced_algorithm(settings_.algo);
   // The kernels' instruction set, the streaming threshold and the cache size are settled once per process, here
   // rather than inside the first collective that reduces: the last two come from sysfs, and reading it there made
   // that rank late for its peers, a stall the first timed call of a benchmark showed. A malformed HIERCOLL_CPU_ISA or

@@ -19,16 +19,21 @@ void describe_into(std::string& out, const char* name, size_t count, DataType ty
 }
 
 void describe_into(std::string& out, algo::Kind kind, size_t count, DataType type, ReduceOp op, int root) {
-  if (kind == algo::Kind::kBarrier) {
-    out.append("barrier");
+  if (!algo::is_kind(kind)) {
+    out.append(algo::to_string(kind));
     return;
   }
-  describe_into(out, algo::to_string(kind), count, type, has_op(kind) ? &op : nullptr, root);
+  const algo::KindRow& row = algo::row_of(kind);
+  if (row.in == algo::Extent::kNone && row.out == algo::Extent::kNone) {  // a barrier: its name alone
+    out.append(row.name);
+    return;
+  }
+  describe_into(out, row.name, count, type, row.reduces ? &op : nullptr, row.rooted ? root : -1);
 }
 
 void describe_into(std::string& out, const CollectiveName& name) {
   describe_into(out, name.kind, name.count, name.type, name.op, name.root);
-  if (name.kind == algo::Kind::kBarrier) return;
+  if (algo::is_kind(name.kind) && algo::row_of(name.kind).in == algo::Extent::kNone) return;  // a barrier
   out.append(" [").append(algo::to_string(name.algorithm)).append(name.on_device ? ", device]" : "]");
 }
 

@@ -16,13 +16,9 @@ namespace hiercoll::record {
 /// profile).
 void describe_into(std::string& out, const char* name, size_t count, DataType type, const ReduceOp* op = nullptr,
                    int root = -1);
-/// A collective's name as describe_into writes it ("barrier" alone, it has no buffers).
+/// A collective's name as describe_into writes it, from its kind's row (algo/kind.hpp): the op where it reduces,
+/// the root where it has one, "barrier" alone (it has no buffers).
 void describe_into(std::string& out, algo::Kind kind, size_t count, DataType type, ReduceOp op, int root);
-
-/// True for the collectives that reduce (their name carries the reduction).
-inline bool has_op(algo::Kind kind) {
-  return kind == algo::Kind::kAllreduce || kind == algo::Kind::kReduceScatter || kind == algo::Kind::kReduce;
-}
 
 /// A collective and the algorithm that runs it, as data: what the flight recorder keeps for a collective its caller
 /// runs, to be named only if the record is read.

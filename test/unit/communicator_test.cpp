@@ -81,6 +81,20 @@ TEST_CASE("a provider that does not exist is a FabricError naming it", "[comm]")
   }
 }
 
+TEST_CASE("an HIERCOLL_ALGO that names no algorithm fails the create, listing the names it takes", "[comm]") {
+  setenv("HIERCOLL_ALGO", "tree", 1);
+  std::string error;
+  try {
+    Communicator::create(fresh_store(), 0, 1, loopback());
+  } catch (const InvalidUsageError& e) {
+    error = e.what();
+  }
+  setenv("HIERCOLL_ALGO", "rd", 1);  // a name the table takes
+  CHECK_NOTHROW(Communicator::create(fresh_store(), 0, 1, loopback()));
+  unsetenv("HIERCOLL_ALGO");
+  CHECK_THAT(error, Catch::Contains("HIERCOLL_ALGO='tree'") && Catch::Contains("ring, rd, hier, sharded"));
+}
+
 TEST_CASE("counts that overflow, bad ranks and bad options are refused up front", "[comm]") {
   Communicator comm = Communicator::create(fresh_store(), 0, 1, loopback());
   std::vector<float> a(4);

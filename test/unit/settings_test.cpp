@@ -113,8 +113,10 @@ TEST_CASE("settings parse their variables, and name the variable when one is mal
   }
   CHECK_FALSE(base::Settings::from_env().timeout_from_env);
   {
+    // Kept as written: the selector's rows say which names it takes, and the create refuses others
+    // (communicator_test.cpp).
     ScopedEnv algo("HIERCOLL_ALGO", "tree");
-    CHECK_THROWS_WITH(base::Settings::from_env(), Catch::Contains("HIERCOLL_ALGO='tree'") && Catch::Contains("ring"));
+    CHECK(base::Settings::from_env().algo == "tree");
   }
   {
     ScopedEnv slots("HIERCOLL_PIPELINE_SLOTS", "0");
