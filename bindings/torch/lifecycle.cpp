@@ -265,31 +265,75 @@ uint64_t ProcessGroupHiercoll::getSequenceNumberForGroup() { return sequence_; }
 
 void ProcessGroupHiercoll::waitForPendingWorks() { completion_.drain(); }
 
+namespace {
+
+// A monitored barrier's one deadline, and the timeout as its errors say it.
+struct BarrierDeadline {
+  explicit BarrierDeadline(std::chrono::milliseconds timeout)
+      : timeout(timeout), at(std::chrono::steady_clock::now() + timeout), ms(std::to_string(timeout.count()) + " ms") {}
+  std::chrono::microseconds left() const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+        std::max(at - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
+  }
+  const std::chrono::milliseconds timeout;
+  const std::chrono::steady_clock::time_point at;
+  const std::string ms;
+};
+
+// A failed operation's error after ": "; "" while it is still waiting.
+std::string failure_of(const hiercoll::Work& work) {
+  if (auto error = work.error()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return std::string(": ") + e.what();
+    }
+  }
+  return std::string();
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+// Rank 0's wait for the other ranks' arrivals (arrivals[peer - 1]), each in turn; with wait_all_ranks every one gets
+// the whole timeout, as in gloo. The error naming the ranks missing, in gloo's words; "" when all arrived.
+std::string missing_arrivals(std::vector<hiercoll::Work>& arrivals, const BarrierDeadline& deadline,
+                             bool wait_all_ranks) {
+  std::vector<int> missing, arrived;
+  std::string detail;
+  bool out_of_time = false;
+  for (size_t i = 0; i < arrivals.size() && (wait_all_ranks || missing.empty()); ++i) {
+    const int peer = static_cast<int>(i) + 1;
+    const auto limit = wait_all_ranks ? std::chrono::microseconds(deadline.timeout) : deadline.left();
+    out_of_time = out_of_time || limit.count() == 0;
+    if (arrivals[i].wait_for(limit) && !arrivals[i].error()) {
+      arrived.push_back(peer);
+      continue;
+    }
+    missing.push_back(peer);
+    detail += "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + deadline.ms +
+              failure_of(arrivals[i]);
+  }
+  if (missing.empty()) return std::string();
+  std::string text = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + rank_list(missing) +
+                     " failed to pass monitoredBarrier in " + deadline.ms;
+  if (out_of_time && !wait_all_ranks) {
+    text += "\n Rank 0 timed out in monitoredBarrier after " + deadline.ms + ". " +
+            (arrived.empty() ? "No ranks successfully processed in monitoredBarrier."
+                             : "Successfully processed ranks: " + rank_list(arrived));
+  }
+  return text + detail;
+}
+
+}  // namespace
+
 // Errors in gloo's words (ProcessGroupGloo::monitoredBarrier), which torch's tests and users' tools look for, each
 // followed by hiercoll's detail.
 void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-  const std::string ms = std::to_string(timeout.count()) + " ms";
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto left = [&] {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-        std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
-  };
-  auto why = [](const hiercoll::Work& work) {  // a failed operation's error; "" while it is still waiting
-    if (auto error = work.error()) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        return std::string(": ") + e.what();
-      }
-    }
-    return std::string();
-  };
-  auto join = [](const std::vector<int>& ranks) {
-    std::string text;
-    for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
-    return text;
-  };
+  const BarrierDeadline deadline(opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout);
   // Every rank but 0 reports to rank 0, which then releases each. The tokens live in the Work below: a
   // rank that never arrives leaves its receive posted after this returns.
   constexpr uint32_t kArriveTag = kCollectiveTag | 1, kReleaseTag = kCollectiveTag | 2;
@@ -313,39 +357,18 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
 
   if (rank_ != 0) {
     for (auto& work : works) {
-      if (work.wait_for(left()) && !work.error()) continue;
+      if (work.wait_for(deadline.left()) && !work.error()) continue;
       barrier_failed_ = true;
       TORCH_CHECK(false, "Rank ", rank_, " successfully reached monitoredBarrier, but received errors while waiting ",
                   "for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n hiercoll: rank 0 did not ",
-                  "release rank ", rank_, " within ", ms, why(work));
+                  "release rank ", rank_, " within ", deadline.ms, failure_of(work));
     }
     return;
   }
-  // Rank 0 waits for each rank in turn; with wait_all_ranks every one gets the whole timeout, as in gloo.
-  std::vector<int> missing, arrived;
-  std::string detail;
-  bool out_of_time = false;
-  for (int peer = 1; peer < size_ && (wait_all_ranks || missing.empty()); ++peer) {
-    auto& arrival = works[peer - 1];
-    const auto limit = wait_all_ranks ? std::chrono::microseconds(timeout) : left();
-    out_of_time = out_of_time || limit.count() == 0;
-    if (arrival.wait_for(limit) && !arrival.error()) {
-      arrived.push_back(peer);
-      continue;
-    }
-    missing.push_back(peer);
-    detail += "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + ms + why(arrival);
-  }
+  const std::string missing = missing_arrivals(works, deadline, wait_all_ranks);
   if (!missing.empty()) {
     barrier_failed_ = true;
-    std::string text = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + join(missing) +
-                       " failed to pass monitoredBarrier in " + ms;
-    if (out_of_time && !wait_all_ranks) {
-      text += "\n Rank 0 timed out in monitoredBarrier after " + ms + ". " +
-              (arrived.empty() ? "No ranks successfully processed in monitoredBarrier."
-                               : "Successfully processed ranks: " + join(arrived));
-    }
-    TORCH_CHECK(false, text, detail);
+    TORCH_CHECK(false, missing);
   }
   std::vector<hiercoll::Work> releases;
   std::vector<at::Tensor> release_tokens;
@@ -357,10 +380,10 @@ void ProcessGroupHiercoll::monitoredBarrier(const c10d::BarrierOptions& opts, bo
     }
   });
   for (size_t i = 0; i < releases.size(); ++i) {
-    if (releases[i].wait_for(left()) && !releases[i].error()) continue;
+    if (releases[i].wait_for(deadline.left()) && !releases[i].error()) continue;
     barrier_failed_ = true;
-    TORCH_CHECK(false, "[Rank 0]: Rank ", i + 1, " failed to pass monitoredBarrier in ", ms, "\n hiercoll: rank ",
-                i + 1, " did not take its release within ", ms, why(releases[i]));
+    TORCH_CHECK(false, "[Rank 0]: Rank ", i + 1, " failed to pass monitoredBarrier in ", deadline.ms,
+                "\n hiercoll: rank ", i + 1, " did not take its release within ", deadline.ms, failure_of(releases[i]));
   }
 }
 

@@ -23,9 +23,9 @@ hiercoll::Communicator& communicator_of(const c10::intrusive_ptr<hiercoll_torch:
   TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
   return ours->communicator();
 }
-}  // namespace
 
-PYBIND11_MODULE(_C, m) {
+// The creator torch.distributed calls for backend "hiercoll", and what the extension was built as.
+void define_backend(py::module_& m) {
   m.doc() = "hiercoll's torch.distributed backend";
   m.def(
       "create_backend",
@@ -39,6 +39,12 @@ PYBIND11_MODULE(_C, m) {
       py::arg("global_ranks") = std::vector<uint64_t>(), py::arg("deferred") = false,
       // Joining blocks on the store and on peers: let other Python threads run meanwhile.
       py::call_guard<py::gil_scoped_release>());
+  m.attr("__version__") = hiercoll::version();
+  m.attr("__torch_version__") = HIERCOLL_TORCH_BUILT_FOR;  // the torch this extension was compiled against
+}
+
+// What a group records and chooses, for hiercoll_torch and the tests.
+void define_group_queries(py::module_& m) {
   m.attr("records_flight_natively") = py::bool_(hiercoll_torch::GroupRecord::native());
   m.def(
       "_record_flight",
@@ -52,6 +58,22 @@ PYBIND11_MODULE(_C, m) {
       py::arg("group"), py::arg("on") = std::nullopt,
       "Whether the group's calls go into torch's flight record natively; `on` turns that on or off (the benchmark's "
       "recorder-off column).");
+  m.def(
+      "allreduce_algorithm",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {
+        return communicator_of(group).allreduce_algorithm(bytes);
+      },
+      "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd, hier or sharded).");
+  m.def(
+      "flight_record",
+      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
+        return communicator_of(group).flight_record();
+      },
+      "This rank's last collectives as JSON (see Communicator::flight_record).");
+}
+
+// Benchmarks' probes: the same work as a torch call without torch around it (bench/torch/).
+void define_probes(py::module_& m) {
   m.def(
       "_record_calls",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, at::Tensor tensor, int calls) {
@@ -73,18 +95,6 @@ PYBIND11_MODULE(_C, m) {
       "of `tensor` records them, with no collective (sequence number 0: they stand out in a dump), without the GIL as "
       "torch's own call runs; microseconds per entry. bench/torch/recorder_cost.py sets it beside the recorded "
       "call: what torch's record() costs alone.");
-  m.def(
-      "allreduce_algorithm",
-      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, size_t bytes) {
-        return communicator_of(group).allreduce_algorithm(bytes);
-      },
-      "The allreduce algorithm hiercoll picks for a message of this many bytes (ring, rd, hier or sharded).");
-  m.def(
-      "flight_record",
-      [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
-        return communicator_of(group).flight_record();
-      },
-      "This rank's last collectives as JSON (see Communicator::flight_record).");
   m.def(
       "_collective_calls",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, const std::string& op, at::Tensor input,
@@ -132,6 +142,10 @@ PYBIND11_MODULE(_C, m) {
       "place on `output`, sums, root 0) through the group's communicator, the C++ API, from C++; microseconds per "
       "call. bench/torch/call_latency.py sets it beside the torch call on the same tensors in the same processes: "
       "the difference is what the binding adds.");
+}
+
+// The process around the groups: the launcher's environment, exit, what the process runs on.
+void define_process(py::module_& m) {
   m.def(
       "torch_env_from_launcher",
       [](std::chrono::duration<float> timeout) {
@@ -174,6 +188,12 @@ PYBIND11_MODULE(_C, m) {
       },
       "What this process's hiercoll runs on (hiercoll::runtime_report) and whether CUDA tensors go in place "
       "(__torch_version__: the torch it was built for); python -m hiercoll_torch.check prints both.");
-  m.attr("__version__") = hiercoll::version();
-  m.attr("__torch_version__") = HIERCOLL_TORCH_BUILT_FOR;  // the torch this extension was compiled against
+}
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  define_backend(m);
+  define_group_queries(m);
+  define_probes(m);
+  define_process(m);
 }

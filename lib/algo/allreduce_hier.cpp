@@ -44,6 +44,17 @@ void inter_node_allreduce(Channel& rail, const Hierarchy& h, InterNode inter, vo
   }
 }
 
+// The inter-node phase of a whole buffer over this rank's rail, averaged at the end where `op` asks: what a rank
+// alone on its node, or a node's leader, runs.
+NetworkStage::Job whole_over_rail(const Hierarchy& h, InterNode inter, void* out, size_t count, DataType type,
+                                  ReduceOp op, int world) {
+  return [&h, inter, out, count, type, op, world](Channel& ch) {
+    Channel rail = ch.subgroup(h.rail, h.node, 0);
+    inter_node_allreduce(rail, h, inter, out, count, type, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+    if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
+  };
+}
+
 }  // namespace
 
 void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const void* in, void* out, size_t count,
@@ -109,72 +120,79 @@ void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkSt
   }
   m.pieces_done += 1;
   if (l == 0) {
-    net.hand_over([&h, inter, out, count, type, op, partial, world = issue.world](Channel& ch) {
-      Channel rail = ch.subgroup(h.rail, h.node, 0);  // as a rank alone on its node does (allreduce_hier)
-      inter_node_allreduce(rail, h, inter, out, count, type, partial);
-      if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
-    });
+    net.hand_over(whole_over_rail(h, inter, out, count, type, op, issue.world));
     net.take_back();
   }
   broadcast_node(issue, m, out, out, bytes, 0);
 }
 
-}  // namespace
+// The pipelined schedule of the file's opening comment, piece by piece: phase (1) of a piece (reduce_scatter), its
+// phase (2) as a network job, its phase (3) (allgather), and the software pipeline that overlaps them (run).
+class PipelinedRun {
+ public:
+  PipelinedRun(const Issue& issue, const Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+               size_t count, DataType type, ReduceOp op, InterNode inter)
+      : h_(h),
+        m_(m),
+        net_(net),
+        peers_(*m.peers),
+        queue_(*m.queue),
+        input_(static_cast<const uint8_t*>(in)),
+        output_(static_cast<uint8_t*>(out)),
+        count_(count),
+        type_(type),
+        op_(op),
+        partial_(op == ReduceOp::kAvg ? ReduceOp::kSum : op),  // divide once, at the very end
+        inter_(inter),
+        world_(issue.world),
+        elem_(dtype_size(type)),
+        L_(peers_.local_size()),
+        l_(peers_.local_rank()),
+        piece_(std::max<size_t>(1, peers_.area_bytes() / elem_)),
+        align_(std::max<size_t>(1, 64 / elem_)),  // shards start on cache lines: vector loads stay aligned
+        signature_(node_signature(0, count, type, op)),  // compared at every reduce-scatter wait
+        staged_(m.network_staging[0] != nullptr),        // device data: the network works on a host copy
+        network_(h.rail.size() > 1),
+        staged_wait_(issue.wait("intra-node reduce-scatter")),
+        published_wait_(issue.wait("intra-node allgather")) {
+    // One node, host memory: a rank stages only the shards the others reduce and reads its own from its input, and
+    // reduces its shard in one pass into both its area, published as it is, and its output, so the gather copies
+    // only the others' shards. Per rank, 2 ranks: 4 bytes of memory traffic per byte of the piece, where staging
+    // everything and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the
+    // rank's own shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as
+    // large as the cache is reduced into the area alone and the rank's own shard copied from there after the
+    // others' (`both_` false), which measured faster there whether or not the ranks' cores share that cache
+    // (docs/experiments.md, "Measured design decisions"). So is a small share (under h.output_share_bytes per
+    // rank): writing it to the output as well, before the signal the other ranks wait for, measured slower at 4
+    // ranks than copying it from the area (still in cache at that size) after the gather (docs/experiments.md, "The
+    // output copy of a small shard"). Across nodes the shard is reduced into `out` for the network phase; on device
+    // memory every copy is a kernel launch, and one copy of the piece costs less than two.
+    direct_ = !network_ && queue_.kind() == device::MemoryKind::kHost;
+    const size_t bytes = count * elem_;
+    both_ = direct_ && bytes < h.cached_output_bytes && bytes / static_cast<size_t>(L_) >= h.output_share_bytes;
+  }
 
-void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
-                    size_t count, DataType type, ReduceOp op, InterNode inter) {
-  const size_t elem = dtype_size(type);
-  const int world = issue.world;
-  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;  // divide once, at the very end
-  device::Queue& queue = *m.queue;
-  const bool staged = m.network_staging[0] != nullptr;  // device data: the network works on a host copy
-  const bool network = h.rail.size() > 1;
-  if (m.peers == nullptr) {  // alone on the node: only the inter-node phase (host memory only)
-    if (staged) {
-      throw InternalError(issue.limits.what + ": device memory needs peer memory for the hierarchical allreduce");
+  // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather of
+  // piece p-1 are issued.
+  void run() {
+    const size_t pieces = (count_ + piece_ - 1) / piece_;
+    std::vector<Piece> ready;  // pieces handed to the network stage, oldest first (at most two)
+    ready.reserve(2);
+    for (size_t index = 0; index <= pieces; ++index) {
+      if (index < pieces) {
+        ready.push_back(reduce_scatter(index));
+        if (network_) net_.hand_over(network_job(ready.back()));
+      }
+      if (ready.size() > (index < pieces ? 1u : 0u)) {
+        if (network_) net_.take_back();
+        allgather(ready.front());
+        ready.erase(ready.begin());
+      }
     }
-    queue.copy(out, in, count * elem);
-    net.hand_over([&h, inter, out, count, type, op, partial, world](Channel& ch) {
-      Channel rail = ch.subgroup(h.rail, h.node, 0);
-      inter_node_allreduce(rail, h, inter, out, count, type, partial);
-      if (op == ReduceOp::kAvg) reduce::divide(out, count, type, world);
-    });
-    net.take_back();
-    return;
+    m_.pieces_done += pieces;
   }
-  transport::PeerMemory& peers = *m.peers;
-  const int L = peers.local_size(), l = peers.local_rank();
-  const size_t piece = std::max<size_t>(1, peers.area_bytes() / elem);
-  const size_t align = std::max<size_t>(1, 64 / elem);  // shards start on cache lines: vector loads stay aligned
-  const auto* input = static_cast<const uint8_t*>(in);
-  auto* output = static_cast<uint8_t*>(out);
 
-  const uint64_t signature = node_signature(0, count, type, op);  // compared at every reduce-scatter wait
-
-  if (one_shot_allreduce(h, m, count * elem)) {
-    return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, world);
-  }
-  if (leader_allreduce(h, m, count * elem)) {
-    return allreduce_leader(issue, h, m, net, in, out, count, type, op, inter);
-  }
-  // One node, host memory: a rank stages only the shards the others reduce and reads its own from its input, and
-  // reduces its shard in one pass into both its area, published as it is, and its output, so the gather copies only
-  // the others' shards. Per rank, 2 ranks: 4 bytes of memory traffic per byte of the piece, where staging everything
-  // and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the rank's own
-  // shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as large as the
-  // cache is reduced into the area alone and the rank's own shard copied from there after the others' (`both`
-  // false), which measured faster there whether or not the ranks' cores share that cache (docs/experiments.md,
-  // "Measured design decisions"). So is a small share (under h.output_share_bytes per rank): writing it to the output
-  // as well, before the signal the other ranks wait for, measured slower at 4 ranks than copying it from the area
-  // (still in cache at that size) after the gather (docs/experiments.md, "The output copy of a small shard"). Across
-  // nodes the shard is reduced into `out` for the network phase; on device memory every copy is a kernel launch, and
-  // one copy of the piece costs less than two.
-  const bool direct = !network && queue.kind() == device::MemoryKind::kHost;
-  const bool both =
-      direct && count * elem < h.cached_output_bytes && count * elem / static_cast<size_t>(L) >= h.output_share_bytes;
-  const device::WaitContext staged_wait = issue.wait("intra-node reduce-scatter");
-  const device::WaitContext published_wait = issue.wait("intra-node allgather");
-
+ private:
   struct Piece {
     size_t index, offset, n;
     NodeRound round;
@@ -183,40 +201,44 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
     size_t mine_count;
   };
 
-  auto reduce_scatter_phase = [&](size_t index) {
+  // Phase (1): the piece staged in this rank's area (direct: all but its own shard) and its shard reduced over the
+  // node's areas.
+  Piece reduce_scatter(size_t index) {
     Piece p{};
     p.index = index;
-    p.offset = index * piece;
-    p.n = std::min(piece, count - p.offset);
-    p.round = node_round(m, index, p.n * elem);
-    p.shards = Segments::aligned(p.n, L, align);
-    const size_t at = p.shards.offset[l] * elem;
-    p.mine_count = p.shards.count[l];
-    const uint8_t* piece_in = input + p.offset * elem;
-    uint8_t* area = round_area(peers, p.round, l);
-    if (direct) {  // the shards before this rank's and after it
-      const size_t end = at + p.mine_count * elem;
-      if (at > 0) queue.publish(area, piece_in, at);
-      if (end < p.n * elem) queue.publish(area + end, piece_in + end, p.n * elem - end);
+    p.offset = index * piece_;
+    p.n = std::min(piece_, count_ - p.offset);
+    p.round = node_round(m_, index, p.n * elem_);
+    p.shards = Segments::aligned(p.n, L_, align_);
+    const size_t at = p.shards.offset[l_] * elem_;
+    p.mine_count = p.shards.count[l_];
+    const uint8_t* piece_in = input_ + p.offset * elem_;
+    uint8_t* area = round_area(peers_, p.round, l_);
+    if (direct_) {  // the shards before this rank's and after it
+      const size_t end = at + p.mine_count * elem_;
+      if (at > 0) queue_.publish(area, piece_in, at);
+      if (end < p.n * elem_) queue_.publish(area + end, piece_in + end, p.n * elem_ - end);
     } else {
-      queue.publish(area, piece_in, p.n * elem);
+      queue_.publish(area, piece_in, p.n * elem_);
     }
-    uint8_t* result = output + p.offset * elem + at;
-    p.mine = direct ? area + at : result;
-    node_reduce_round(m, p.round, signature, staged_wait, p.shards.offset[l], p.mine_count,
-                      direct ? piece_in + at : nullptr, p.mine, type, partial, both ? result : nullptr);
-    if (!network && op == ReduceOp::kAvg) {
-      queue.divide(p.mine, p.mine_count, type, world);
-      if (both) queue.divide(result, p.mine_count, type, world);
+    uint8_t* result = output_ + p.offset * elem_ + at;
+    p.mine = direct_ ? area + at : result;
+    node_reduce_round(m_, p.round, signature_, staged_wait_, p.shards.offset[l_], p.mine_count,
+                      direct_ ? piece_in + at : nullptr, p.mine, type_, partial_, both_ ? result : nullptr);
+    if (!network_ && op_ == ReduceOp::kAvg) {
+      queue_.divide(p.mine, p.mine_count, type_, world_);
+      if (both_) queue_.divide(result, p.mine_count, type_, world_);
     }
-    if (network && staged) queue.copy(m.network_staging[p.round.slot], p.mine, p.mine_count * elem);
+    if (network_ && staged_) queue_.copy(m_.network_staging[p.round.slot], p.mine, p.mine_count * elem_);
     return p;
-  };
-  // Phase (2) of a piece, as a job that outlives this call (device memory: it runs on the progress thread later).
-  auto network_job = [&](const Piece& p) -> NetworkStage::Job {
-    uint8_t* data = staged ? m.network_staging[p.round.slot] : p.mine;
-    return [&h, inter, data, n = p.mine_count, index = p.index, piece, L, align, elem, type, op, partial,
-            world](Channel& ch) {
+  }
+
+  // Phase (2) of a piece, as a job that outlives this call (device memory: it runs on the progress thread later):
+  // it captures values, not this run.
+  NetworkStage::Job network_job(const Piece& p) const {
+    uint8_t* data = staged_ ? m_.network_staging[p.round.slot] : p.mine;
+    return [&h = h_, inter = inter_, data, n = p.mine_count, index = p.index, piece = piece_, L = L_, align = align_,
+            elem = elem_, type = type_, op = op_, partial = partial_, world = world_](Channel& ch) {
       // Pieces get disjoint step ranges, as wide as the inter-node algorithm may need for the largest shard: the
       // ring 2 N (chunks per shard + 1) steps, the sharded servers 2 (chunks per part).
       const size_t largest = piece / L + align;
@@ -230,34 +252,60 @@ void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStag
       inter_node_allreduce(rail, h, inter, data, n, type, partial);
       if (op == ReduceOp::kAvg) reduce::divide(data, n, type, world);
     };
-  };
-  auto allgather_phase = [&](const Piece& p) {
-    const size_t at = p.shards.offset[l] * elem;
-    if (network && staged) queue.copy(p.mine, m.network_staging[p.round.slot], p.mine_count * elem);
-    if (!direct) queue.publish(round_area(peers, p.round, l) + at, p.mine, p.mine_count * elem);
-    node_gather_round(m, p.round, kFlagPublished, 0, published_wait, p.shards, output + p.offset * elem, 0, type);
+  }
+
+  // Phase (3): this rank's finished shard published, the others' copied out of their areas.
+  void allgather(const Piece& p) {
+    const size_t at = p.shards.offset[l_] * elem_;
+    if (network_ && staged_) queue_.copy(p.mine, m_.network_staging[p.round.slot], p.mine_count * elem_);
+    if (!direct_) queue_.publish(round_area(peers_, p.round, l_) + at, p.mine, p.mine_count * elem_);
+    node_gather_round(m_, p.round, kFlagPublished, 0, published_wait_, p.shards, output_ + p.offset * elem_, 0,
+                      type_);
     // The rank's own shard last, as the node allgather does with a large block: the others' are read first, while
     // they may still be in their reducers' caches.
-    if (direct && !both) queue.copy(output + p.offset * elem + at, p.mine, p.mine_count * elem);
-  };
-
-  // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather
-  // of piece p-1 are issued.
-  const size_t pieces = (count + piece - 1) / piece;
-  std::vector<Piece> ready;  // pieces handed to the network stage, oldest first (at most two)
-  ready.reserve(2);
-  for (size_t index = 0; index <= pieces; ++index) {
-    if (index < pieces) {
-      ready.push_back(reduce_scatter_phase(index));
-      if (network) net.hand_over(network_job(ready.back()));
-    }
-    if (ready.size() > (index < pieces ? 1u : 0u)) {
-      if (network) net.take_back();
-      allgather_phase(ready.front());
-      ready.erase(ready.begin());
-    }
+    if (direct_ && !both_) queue_.copy(output_ + p.offset * elem_ + at, p.mine, p.mine_count * elem_);
   }
-  m.pieces_done += pieces;
+
+  const Hierarchy& h_;
+  NodeMemory& m_;
+  NetworkStage& net_;
+  transport::PeerMemory& peers_;
+  device::Queue& queue_;
+  const uint8_t* const input_;
+  uint8_t* const output_;
+  const size_t count_;
+  const DataType type_;
+  const ReduceOp op_, partial_;
+  const InterNode inter_;
+  const int world_;
+  const size_t elem_;
+  const int L_, l_;
+  const size_t piece_, align_;
+  const uint64_t signature_;
+  const bool staged_, network_;
+  const device::WaitContext staged_wait_, published_wait_;
+  bool direct_ = false, both_ = false;
+};
+
+}  // namespace
+
+void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+                    size_t count, DataType type, ReduceOp op, InterNode inter) {
+  const size_t bytes = count * dtype_size(type);
+  if (m.peers == nullptr) {  // alone on the node: only the inter-node phase (host memory only)
+    if (m.network_staging[0] != nullptr) {
+      throw InternalError(issue.limits.what + ": device memory needs peer memory for the hierarchical allreduce");
+    }
+    m.queue->copy(out, in, bytes);
+    net.hand_over(whole_over_rail(h, inter, out, count, type, op, issue.world));
+    net.take_back();
+    return;
+  }
+  if (one_shot_allreduce(h, m, bytes)) {
+    return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, issue.world);
+  }
+  if (leader_allreduce(h, m, bytes)) return allreduce_leader(issue, h, m, net, in, out, count, type, op, inter);
+  PipelinedRun(issue, h, m, net, in, out, count, type, op, inter).run();
 }
 
 }  // namespace hiercoll::algo

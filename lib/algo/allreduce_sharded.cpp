@@ -6,6 +6,7 @@
 // chunk c-1 is being reduced and returned, with up to `slots` chunks' receives posted ahead. Every rank ends with the
 // same bits: each part is reduced once, by its server, in rank order.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "algo/algorithms.hpp"
@@ -30,102 +31,146 @@ ShardedChunks ShardedChunks::of(size_t count, int n, size_t elem, const AlgoConf
   return plan;
 }
 
-void allreduce_sharded(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op) {
-  const size_t elem = dtype_size(type);
-  const int n = ch.size(), me = ch.rank();
-  if (n == 1 || count == 0) {
-    copy_bytes(out, in, count * elem);
-    return;
-  }
-  const ReduceOp partial = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  const ShardedChunks plan = ShardedChunks::of(count, n, elem, ch.config());
-  const Segments& parts = plan.parts;
-  const size_t chunk = plan.chunk, chunks = plan.chunks;
-  const size_t slots = std::min<size_t>(static_cast<size_t>(std::max(1, ch.config().slots)), chunks);
-  const auto* src = static_cast<const uint8_t*>(in);
-  auto* dst = static_cast<uint8_t*>(out);
-  const bool in_place = src == dst;
+namespace {
 
+// One allreduce through the servers, chunk by chunk: post(c) the receives and sends of chunk c, serve(c) this
+// rank's part of it, settle(c) an in-place run's returned results, finish() the last waits.
+class ShardedRun {
+ public:
+  ShardedRun(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op)
+      : ch_(ch),
+        n_(ch.size()),
+        me_(ch.rank()),
+        type_(type),
+        op_(op),
+        partial_(op == ReduceOp::kAvg ? ReduceOp::kSum : op),
+        elem_(dtype_size(type)),
+        plan_(ShardedChunks::of(count, n_, elem_, ch.config())),
+        slots_(std::min<size_t>(static_cast<size_t>(std::max(1, ch.config().slots)), plan_.chunks)),
+        src_(static_cast<const uint8_t*>(in)),
+        dst_(static_cast<uint8_t*>(out)),
+        in_place_(src_ == dst_),
+        // Slot (c % slots) of scratch buffer 0 holds chunk c from each of the n-1 other ranks (phase 1). In place,
+        // the servers' results for chunk c land in buffer 1 and are copied out once this rank's own sends of that
+        // memory have completed (until then the transport may still read it); out of place they land in `out`.
+        slot_bytes_(static_cast<size_t>(n_) * plan_.chunk * elem_),
+        landing_(static_cast<uint8_t*>(ch.scratch().get(slots_ * slot_bytes_, 0))),
+        returning_(in_place_ ? static_cast<uint8_t*>(ch.scratch().get(slots_ * slot_bytes_, 1)) : nullptr),
+        gather_(plan_.chunks, std::vector<RequestPtr>(n_)),
+        scatter_(plan_.chunks, std::vector<RequestPtr>(n_)),
+        returned_(plan_.chunks, std::vector<RequestPtr>(n_)) {}
+
+  void run() {
+    const size_t chunks = plan_.chunks;
+    for (size_t c = 0; c < slots_; ++c) post(c);
+    for (size_t c = 0; c < chunks; ++c) {
+      serve(c);
+      if (in_place_) settle(c);
+      if (c + slots_ < chunks) post(c + slots_);  // chunk c's slots are free again
+    }
+    for (auto& by_peer : returned_) wait_posted(by_peer);
+    for (auto& by_peer : scatter_) wait_posted(by_peer);
+    wait_posted(results_);
+  }
+
+ private:
   // Chunk c of part p: [begin, begin + len) elements of the whole buffer (len 0 past the part's end: both sides
   // skip that message alike).
-  auto range = [&](int p, size_t c) {
-    const size_t begin = std::min(parts.count[p], c * chunk);
-    return std::make_pair(parts.offset[p] + begin, std::min(parts.count[p], begin + chunk) - begin);
-  };
-  // Slot (c % slots) of scratch buffer 0 holds chunk c from each of the n-1 other ranks (phase 1). In place, the
-  // servers' results for chunk c land in buffer 1 and are copied out once this rank's own sends of that memory
-  // have completed (until then the transport may still read it); out of place they land in `out` directly.
-  const size_t slot_bytes = static_cast<size_t>(n) * chunk * elem;
-  auto* landing = static_cast<uint8_t*>(ch.scratch().get(slots * slot_bytes, 0));
-  auto* returning = in_place ? static_cast<uint8_t*>(ch.scratch().get(slots * slot_bytes, 1)) : nullptr;
-  auto slot_at = [&](uint8_t* base, int from, size_t c) {
-    return base + (c % slots) * slot_bytes + from * chunk * elem;
-  };
-  auto step_of = [](size_t c, int phase) { return static_cast<uint32_t>(2 * c + phase); };
+  std::pair<size_t, size_t> range(int p, size_t c) const {
+    const Segments& parts = plan_.parts;
+    const size_t begin = std::min(parts.count[p], c * plan_.chunk);
+    return {parts.offset[p] + begin, std::min(parts.count[p], begin + plan_.chunk) - begin};
+  }
+  uint8_t* slot_at(uint8_t* base, int from, size_t c) const {
+    return base + (c % slots_) * slot_bytes_ + static_cast<size_t>(from) * plan_.chunk * elem_;
+  }
+  static uint32_t step_of(size_t c, int phase) { return static_cast<uint32_t>(2 * c + phase); }
 
-  // Requests by chunk and peer; a null one is a message of no elements, never posted.
-  std::vector<std::vector<RequestPtr>> gather(chunks, std::vector<RequestPtr>(n)),
-      scatter(chunks, std::vector<RequestPtr>(n)), returned(chunks, std::vector<RequestPtr>(n));
-  std::vector<RequestPtr> results;  // this rank's reduced chunks going back out
   // Chunk c's receives of both phases are posted before its sends, so every server's result finds its receive
-  // posted (on providers with a rendezvous protocol an unexpected large message waits for one).
-  auto post = [&](size_t c) {
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      const size_t mine = range(me, c).second;
-      if (mine > 0) gather[c][p] = ch.recv(p, step_of(c, 0), slot_at(landing, p, c), mine * elem);
+  // posted (on providers with a rendezvous protocol an unexpected large message waits for one). A null request is
+  // a message of no elements, never posted.
+  void post(size_t c) {
+    for (int p = 0; p < n_; ++p) {
+      if (p == me_) continue;
+      const size_t mine = range(me_, c).second;
+      if (mine > 0) gather_[c][p] = ch_.recv(p, step_of(c, 0), slot_at(landing_, p, c), mine * elem_);
       const auto [begin, len] = range(p, c);
       if (len > 0) {
-        uint8_t* to = in_place ? slot_at(returning, p, c) : dst + begin * elem;
-        returned[c][p] = ch.recv(p, step_of(c, 1), to, len * elem);
+        uint8_t* to = in_place_ ? slot_at(returning_, p, c) : dst_ + begin * elem_;
+        returned_[c][p] = ch_.recv(p, step_of(c, 1), to, len * elem_);
       }
     }
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
+    for (int p = 0; p < n_; ++p) {
+      if (p == me_) continue;
       const auto [begin, len] = range(p, c);
-      if (len > 0) scatter[c][p] = ch.send(p, step_of(c, 0), src + begin * elem, len * elem);
+      if (len > 0) scatter_[c][p] = ch_.send(p, step_of(c, 0), src_ + begin * elem_, len * elem_);
     }
-  };
-
-  for (size_t c = 0; c < slots; ++c) post(c);
-  for (size_t c = 0; c < chunks; ++c) {
-    const auto [begin, len] = range(me, c);
-    if (len > 0) {
-      // Serve chunk c of this rank's part: own data first, then every other rank's in rank order.
-      uint8_t* served = dst + begin * elem;
-      copy_bytes(served, src + begin * elem, len * elem);
-      for (int p = 0; p < n; ++p) {
-        if (p == me) continue;
-        ch.wait(gather[c][p]);
-        reduce::reduce(served, served, slot_at(landing, p, c), len, type, partial);
-        gather[c][p].reset();
-      }
-      if (op == ReduceOp::kAvg) reduce::divide(served, len, type, n);
-      for (int p = 0; p < n; ++p) {
-        if (p != me) results.push_back(ch.send(p, step_of(c, 1), served, len * elem));
-      }
-    }
-    if (in_place) {  // free chunk c's return slot: its results go where this rank's sends of chunk c read from
-      for (int p = 0; p < n; ++p) {
-        if (!returned[c][p]) continue;
-        const auto [at, count_back] = range(p, c);
-        ch.wait(scatter[c][p]);
-        ch.wait(returned[c][p]);
-        copy_bytes(dst + at * elem, slot_at(returning, p, c), count_back * elem);
-        returned[c][p].reset();
-        scatter[c][p].reset();
-      }
-    }
-    if (c + slots < chunks) post(c + slots);  // chunk c's slots are free again
   }
-  auto wait_posted = [&](std::vector<RequestPtr>& requests) {
-    for (auto& request : requests) {
-      if (request) ch.wait(request);
+
+  // Serves chunk c of this rank's part: own data first, then every other rank's in rank order; the result goes back
+  // to every rank.
+  void serve(size_t c) {
+    const auto [begin, len] = range(me_, c);
+    if (len == 0) return;
+    uint8_t* served = dst_ + begin * elem_;
+    copy_bytes(served, src_ + begin * elem_, len * elem_);
+    for (int p = 0; p < n_; ++p) {
+      if (p == me_) continue;
+      ch_.wait(gather_[c][p]);
+      reduce::reduce(served, served, slot_at(landing_, p, c), len, type_, partial_);
+      gather_[c][p].reset();
     }
-  };
-  for (auto& by_peer : returned) wait_posted(by_peer);
-  for (auto& by_peer : scatter) wait_posted(by_peer);
-  wait_posted(results);
+    if (op_ == ReduceOp::kAvg) reduce::divide(served, len, type_, n_);
+    for (int p = 0; p < n_; ++p) {
+      if (p != me_) results_.push_back(ch_.send(p, step_of(c, 1), served, len * elem_));
+    }
+  }
+
+  // In place: frees chunk c's return slot, its results copied where this rank's sends of chunk c read from.
+  void settle(size_t c) {
+    for (int p = 0; p < n_; ++p) {
+      if (!returned_[c][p]) continue;
+      const auto [at, count_back] = range(p, c);
+      ch_.wait(scatter_[c][p]);
+      ch_.wait(returned_[c][p]);
+      copy_bytes(dst_ + at * elem_, slot_at(returning_, p, c), count_back * elem_);
+      returned_[c][p].reset();
+      scatter_[c][p].reset();
+    }
+  }
+
+  void wait_posted(std::vector<RequestPtr>& requests) {
+    for (auto& request : requests) {
+      if (request) ch_.wait(request);
+    }
+  }
+
+  Channel& ch_;
+  const int n_, me_;
+  const DataType type_;
+  const ReduceOp op_, partial_;
+  const size_t elem_;
+  const ShardedChunks plan_;
+  const size_t slots_;
+  const uint8_t* const src_;
+  uint8_t* const dst_;
+  const bool in_place_;
+  const size_t slot_bytes_;
+  uint8_t* const landing_;
+  uint8_t* const returning_;
+  // Requests by chunk and peer.
+  std::vector<std::vector<RequestPtr>> gather_, scatter_, returned_;
+  std::vector<RequestPtr> results_;  // this rank's reduced chunks going back out
+};
+
+}  // namespace
+
+void allreduce_sharded(Channel& ch, const void* in, void* out, size_t count, DataType type, ReduceOp op) {
+  if (ch.size() == 1 || count == 0) {
+    copy_bytes(out, in, count * dtype_size(type));
+    return;
+  }
+  ShardedRun(ch, in, out, count, type, op).run();
 }
 
 }  // namespace hiercoll::algo

@@ -130,7 +130,14 @@ class CommunicatorImpl {
     std::string what;
   };
 
+  /// Start-up, in order: the peer watch, every rank's node and CPUs (the layout), the node's memory, the fabric.
+  /// `store` is *store_.
   void bootstrap(Store& store, const std::string& instance);
+  void join_watch(Store& store, const std::string& node_id);
+  void gather_nodes(Store& store, const std::string& node_id);
+  /// Opens the endpoint now, or hands the opening to a DeferredEndpoint (open_deferred).
+  void open_fabric();
+  void log_ready() const;
   /// Opens the endpoint on this rank's NIC, which the layout decides (local rank l takes rail l), and connects it to
   /// every rank's: after the node ids. Runs in bootstrap(), or on the DeferredEndpoint's thread (open_deferred).
   std::unique_ptr<transport::Endpoint> open_endpoint(Store& store);

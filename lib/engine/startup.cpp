@@ -60,16 +60,8 @@ std::pair<std::vector<uint8_t>, std::string> split_network(const Store::Bytes& v
           std::string(value.begin() + 2 + static_cast<long>(length), value.end())};
 }
 
-}  // namespace
-
-CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
-    : rank_(rank),
-      size_(size),
-      options_(std::move(options)),
-      settings_(base::Settings::from_env()),
-      flight_(settings_.flight_entries),
-      timeout_ms_(options_.timeout.count()) {
-  if (!store) throw InvalidUsageError("Communicator::create: store is null");
+void check_create(const Store* store, int rank, int size) {
+  if (store == nullptr) throw InvalidUsageError("Communicator::create: store is null");
   if (size < 1 || size > algo::kMaxWorldRanks) {
     throw InvalidUsageError("Communicator::create: size " + std::to_string(size) + " is outside 1.." +
                             std::to_string(algo::kMaxWorldRanks));
@@ -78,16 +70,10 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidUsageError("Communicator::create: rank " + std::to_string(rank) + " is outside 0.." +
                             std::to_string(size - 1));
   }
-  // HIERCOLL_TIMEOUT_MS, when set, wins over the caller's timeout (torch's group timeout included): one limit for a
-  // whole job or test run, whatever each call site asks.
-  if (settings_.timeout_from_env) {
-    options_.timeout = std::chrono::milliseconds(settings_.timeout_ms);
-    timeout_ms_ = settings_.timeout_ms;
-  }
-  if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
-  // A name HIERCOLL_ALGO does not take fails the create before any rank waits for another (the selector, made after
-  // the bootstrap, would refuse it there).
-  if (!settings_.algo.empty()) algo::forced_algorithm(settings_.algo);
+}
+
+// What the process needs settled before its first communicator talks to anyone.
+void settle_process(int rank, int size) {
   // The kernels' instruction set, the streaming threshold and the cache size are settled once per process, here
   // rather than inside the first collective that reduces: the last two come from sysfs, and reading it there made
   // that rank late for its peers, a stall the first timed call of a benchmark showed. A malformed HIERCOLL_CPU_ISA or
@@ -107,6 +93,29 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     base::raise_descriptor_limit();
   }
   base::set_log_rank(rank);
+}
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      settings_(base::Settings::from_env()),
+      flight_(settings_.flight_entries),
+      timeout_ms_(options_.timeout.count()) {
+  check_create(store.get(), rank, size);
+  // HIERCOLL_TIMEOUT_MS, when set, wins over the caller's timeout (torch's group timeout included): one limit for a
+  // whole job or test run, whatever each call site asks.
+  if (settings_.timeout_from_env) {
+    options_.timeout = std::chrono::milliseconds(settings_.timeout_ms);
+    timeout_ms_ = settings_.timeout_ms;
+  }
+  if (options_.timeout.count() <= 0) throw InvalidUsageError("Communicator::create: timeout must be positive");
+  // A name HIERCOLL_ALGO does not take fails the create before any rank waits for another (the selector, made after
+  // the bootstrap, would refuse it there).
+  if (!settings_.algo.empty()) algo::forced_algorithm(settings_.algo);
+  settle_process(rank, size);
 
   algo_config_.chunk_bytes = settings_.chunk_bytes;
   algo_config_.slots = settings_.pipeline_slots;
@@ -138,7 +147,11 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw;
   }
   if (deferred_) deferred_->start();
-  HIERCOLL_LOG(kInfo, "communicator '" << instance << "' rank " << rank_ << "/" << size_ << " ready: provider "
+  log_ready();
+}
+
+void CommunicatorImpl::log_ready() const {
+  HIERCOLL_LOG(kInfo, "communicator '" << instance_ << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << (deferred_ ? std::string("(opening after create)") : endpoint_->provider())
                                        << ", reduce isa "
                                        << reduce::to_string(reduce::active_isa()) << ", chunk "
@@ -193,6 +206,13 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
   // The node identity is published first: once a rank's address is there, so is its node.
   std::string node_id = options_.node.empty() ? settings_.node_id : options_.node;
   if (node_id.empty()) node_id = topo::node_identity();
+  join_watch(store, node_id);
+  gather_nodes(store, node_id);
+  setup_hierarchy(store, instance);
+  open_fabric();
+}
+
+void CommunicatorImpl::join_watch(Store& store, const std::string& node_id) {
   PeerWatch::Options watch;
   watch.rank = rank_;
   watch.size = size_;
@@ -224,6 +244,9 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
                           "at the timeout");
     }
   }
+}
+
+void CommunicatorImpl::gather_nodes(Store& store, const std::string& node_id) {
   // Every rank's node first: which NIC a rank opens depends on its local rank. With it, the rank's machine and CPUs
   // (after a NUL, which no node id holds): how many ranks share a core, for the cost model (the same on every rank),
   // and which of its node's NICs sit near each rank, for the NIC choice (nic_choice.hpp's rule 4).
@@ -242,7 +265,9 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     local_cpu_shares_.push_back(shares[static_cast<size_t>(layout_.rank_at(layout_.node, local))]);
   cost_model_.ranks_per_cpu = topo::ranks_per_cpu(shares);
   if (settings_.shm_piece_bytes == 0 && layout_.node_count == 1) cost_model_.shm_piece_bytes = algo::kOneNodePieceBytes;
-  setup_hierarchy(store, instance);
+}
+
+void CommunicatorImpl::open_fabric() {
   if (open_deferred()) {
     // Started once create is done (the constructor), so that opening costs create nothing; `store` is *store_.
     auto deferred = std::make_unique<transport::DeferredEndpoint>([this] {
@@ -262,7 +287,7 @@ void CommunicatorImpl::bootstrap(Store& store, const std::string& instance) {
     deferred_ = deferred.get();
     endpoint_ = std::move(deferred);
   } else {
-    endpoint_ = open_endpoint(store);
+    endpoint_ = open_endpoint(*store_);
     if (layout_.node_count > 1) pin_node_memory(host_memory_, true);
     fit_chunks_to_provider();
     refit_model();  // the network's messages are the chunks now fitted (the probe, if it runs, refits again)

@@ -94,9 +94,13 @@ bool spec_selects(const std::string& spec, const std::string& name) {
   return exclude ? !listed : listed;
 }
 
-NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicRequest& request) {
+namespace {
+
+// The NICs a rank may use and why: those HIERCOLL_FABRIC_IFACE selects; on one node the loopback domains (any, where
+// the provider has none); across nodes the data family (rule 2) of those that reach other hosts. In name order.
+std::vector<NicCandidate> eligible(const std::vector<NicCandidate>& candidates, const NicRequest& request,
+                                   std::string& why) {
   std::vector<NicCandidate> pool;
-  std::string why;
   if (!request.spec.empty()) {
     for (const auto& c : candidates) {
       if (spec_selects(request.spec, c.domain)) pool.push_back(c);
@@ -135,42 +139,57 @@ NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicReque
   }
   std::stable_sort(pool.begin(), pool.end(),
                    [](const NicCandidate& a, const NicCandidate& b) { return natural_less(a.domain, b.domain); });
+  return pool;
+}
+
+// One local rank's near set, as positions in the pool: the NICs known near its CPUs, or the whole pool where none
+// is known near or all are.
+std::vector<size_t> near_set(const std::vector<NicCandidate>& pool, int local) {
+  std::vector<size_t> near;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    const auto& by_rank = pool[i].nearness;
+    if (static_cast<size_t>(local) < by_rank.size() && by_rank[static_cast<size_t>(local)] == topo::Nearness::kNear)
+      near.push_back(i);
+  }
+  if (near.empty() || near.size() == pool.size()) {
+    near.resize(pool.size());
+    for (size_t i = 0; i < pool.size(); ++i) near[i] = i;
+  }
+  return near;
+}
+
+// Every local rank's near set. A NIC near none of the node's ranks (one rank bound to one socket of two) would sit
+// idle: there, every rank chooses among the whole pool, as bandwidth across the sockets' link outruns a NIC's.
+std::vector<std::vector<size_t>> near_sets(std::vector<NicCandidate>& pool, int local_size) {
+  std::vector<std::vector<size_t>> sets;
+  for (int local = 0; local < local_size; ++local) sets.push_back(near_set(pool, local));
+  std::vector<bool> covered(pool.size(), false);
+  for (const auto& near : sets) {
+    for (size_t i : near) covered[i] = true;
+  }
+  if (std::find(covered.begin(), covered.end(), false) != covered.end()) {
+    for (auto& c : pool) c.nearness.clear();
+    for (int local = 0; local < local_size; ++local) sets[static_cast<size_t>(local)] = near_set(pool, local);
+  }
+  return sets;
+}
+
+}  // namespace
+
+NicChoice choose_nic(const std::vector<NicCandidate>& candidates, const NicRequest& request) {
+  std::string why;
+  std::vector<NicCandidate> pool = eligible(candidates, request, why);
   const int local_size = std::max(1, request.local_size);
   if (request.local_rank < 0 || request.local_rank >= local_size) {
     throw InvalidUsageError("NIC choice: local rank " + std::to_string(request.local_rank) + " of " +
                             std::to_string(local_size));
   }
-  // Each local rank's near set, as positions in the pool: the NICs known near its CPUs, or the whole pool where none
-  // is known near or all are.
-  auto near_set = [&pool](int local) {
-    std::vector<size_t> near;
-    for (size_t i = 0; i < pool.size(); ++i) {
-      const auto& by_rank = pool[i].nearness;
-      if (static_cast<size_t>(local) < by_rank.size() && by_rank[static_cast<size_t>(local)] == topo::Nearness::kNear)
-        near.push_back(i);
-    }
-    if (near.empty() || near.size() == pool.size()) {
-      near.resize(pool.size());
-      for (size_t i = 0; i < pool.size(); ++i) near[i] = i;
-    }
-    return near;
-  };
-  std::vector<std::vector<size_t>> near_sets;
-  for (int local = 0; local < local_size; ++local) near_sets.push_back(near_set(local));
-  // A NIC near none of the node's ranks (one rank bound to one socket of two) would sit idle: there, every rank
-  // chooses among the whole pool, as bandwidth across the sockets' link outruns a NIC's.
-  std::vector<bool> covered(pool.size(), false);
-  for (const auto& near : near_sets) {
-    for (size_t i : near) covered[i] = true;
-  }
-  if (std::find(covered.begin(), covered.end(), false) != covered.end()) {
-    for (auto& c : pool) c.nearness.clear();
-    for (int local = 0; local < local_size; ++local) near_sets[static_cast<size_t>(local)] = near_set(local);
-  }
-  const std::vector<size_t>& mine = near_sets[static_cast<size_t>(request.local_rank)];
+  const std::vector<std::vector<size_t>> sets = near_sets(pool, local_size);
+  // The local ranks that share this rank's near set share its NICs, in local rank order.
+  const std::vector<size_t>& mine = sets[static_cast<size_t>(request.local_rank)];
   size_t position = 0, sharing = 0;
   for (int local = 0; local < local_size; ++local) {
-    if (near_sets[static_cast<size_t>(local)] != mine) continue;
+    if (sets[static_cast<size_t>(local)] != mine) continue;
     if (local < request.local_rank) ++position;
     ++sharing;
   }
