@@ -7,6 +7,7 @@
 
 #include "algo/hierarchy.hpp"
 #include "base/log.hpp"
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::algo {
@@ -58,7 +59,7 @@ const char* to_string(Algorithm algo) {
 std::string forceable_names() {
   std::string names;
   for (const AlgorithmName& row : kAlgorithmNames) {
-    if (row.forceable) names += (names.empty() ? "" : ", ") + std::string(row.name);
+    if (row.forceable) base::append_listed(names, row.name);
   }
   return names;
 }

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "base/env.hpp"
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::base {
@@ -73,7 +74,7 @@ class Reader {
     std::string list;
     for (const char* a : allowed) {
       if (value == a) return value;
-      list += (list.empty() ? "" : ", ") + std::string(a);
+      base::append_listed(list, a);
     }
     throw InvalidUsageError(std::string(name) + "='" + value + "' is not one of: " + list);
   }

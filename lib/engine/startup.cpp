@@ -12,6 +12,7 @@
 #include "algo/background.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
+#include "base/text.hpp"
 #include "engine/communicator_impl.hpp"
 #include "engine/schedules.hpp"
 #include "hiercoll/errors.hpp"
@@ -414,7 +415,7 @@ std::vector<Store::Bytes> CommunicatorImpl::gather_through_store(Store& store, c
   auto missing_from = [&](int first) {
     std::string list;
     for (int r = std::max(first, 1); r < size_; ++r) {
-      if (!store.check({name + "/" + std::to_string(r)})) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      if (!store.check({name + "/" + std::to_string(r)})) base::append_listed(list, std::to_string(r));
     }
     return list.empty() ? "rank 0 had every rank's " + name + " record but did not publish them (stuck or dead)"
                         : "rank(s) " + list + " of " + n_text + " never arrived";

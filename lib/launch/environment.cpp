@@ -14,6 +14,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 #include "hiercoll/store.hpp"
 #include "launch/rendezvous.hpp"
@@ -32,7 +33,7 @@ int first_int(std::initializer_list<const char*> names, const char* what) {
     }
   }
   std::string tried;
-  for (const char* name : names) tried += std::string(tried.empty() ? "" : ", ") + name;
+  for (const char* name : names) base::append_listed(tried, name);
   throw InvalidUsageError(std::string("rendezvous_from_env: no ") + what + " in the environment (looked at " + tried +
                           ")");
 }

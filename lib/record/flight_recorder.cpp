@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::record {
@@ -235,7 +236,7 @@ std::string ranges(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    base::append_listed(out, std::to_string(ranks[i]));
     if (j > i) out += "-" + std::to_string(ranks[j]);
     i = j + 1;
   }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/backoff.hpp"
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 #include "store/socket.hpp"
 
@@ -29,7 +30,7 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
     if (Clock::now() >= deadline) {
       std::string missing;
       for (const auto& key : keys) {
-        if (!check({key})) missing += (missing.empty() ? "" : ", ") + key;
+        if (!check({key})) base::append_listed(missing, key);
       }
       throw TimeoutError("store: still missing after " + std::to_string(timeout.count()) + " ms: " + missing);
     }

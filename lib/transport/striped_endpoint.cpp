@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 
 namespace hiercoll::transport {
@@ -71,7 +72,7 @@ StripedEndpoint::~StripedEndpoint() = default;
 
 std::string StripedEndpoint::domain() const {
   std::string names;
-  for (const auto& rail : rails_) names += (names.empty() ? "" : ",") + rail->domain();
+  for (const auto& rail : rails_) base::append_listed(names, rail->domain(), ",");
   return names;
 }
 

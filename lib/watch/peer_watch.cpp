@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -26,9 +24,11 @@
 
 #include "base/backoff.hpp"
 #include "base/log.hpp"
+#include "base/text.hpp"
 #include "base/unique_fd.hpp"
 #include "hiercoll/errors.hpp"
 #include "store/socket.hpp"
+#include "topo/net.hpp"
 
 namespace hiercoll::watch {
 
@@ -106,19 +106,13 @@ bool unhex(const std::string& text, uint8_t* bytes, size_t n) {
   return true;
 }
 
-// This host's IPv4 addresses, `preferred`'s interface first, then the others, loopback last.
+// This host's IPv4 addresses (each interface's first, topo::net_interfaces), `preferred`'s interface first, then the
+// others, loopback last.
 std::vector<std::string> host_addresses(const std::string& preferred) {
   std::vector<std::pair<int, std::string>> ranked;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* it = list; it; it = it->ifa_next) {
-      if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET || !(it->ifa_flags & IFF_UP)) continue;
-      char text[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof text);
-      const int rank = !preferred.empty() && preferred == it->ifa_name ? 0 : (it->ifa_flags & IFF_LOOPBACK) ? 2 : 1;
-      ranked.emplace_back(rank, text);
-    }
-    freeifaddrs(list);
+  for (const topo::NetInterface& i : topo::net_interfaces()) {
+    if (i.ipv4.empty()) continue;
+    ranked.emplace_back(!preferred.empty() && preferred == i.name ? 0 : i.loopback ? 2 : 1, i.ipv4);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> addresses;
@@ -167,7 +161,7 @@ class PeerWatch::Impl {
     watch_fd(listener_.fd(), kListenerKey, EPOLL_CTL_ADD);
     std::string addresses;
     for (const auto& address : host_addresses(options_.socket_ifname)) {
-      addresses += (addresses.empty() ? "" : ",") + address;
+      base::append_listed(addresses, address, ",");
     }
     contact_ = hex(token_, sizeof token_) + " " + std::to_string(listener_.local_port()) + " " + addresses;
     thread_ = std::thread([this] { run(); });
@@ -200,7 +194,7 @@ class PeerWatch::Impl {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         auto limit = std::min(left, std::chrono::milliseconds(2000));
         if (limit.count() <= 0) break;
-        if (tried.find(address) == std::string::npos) tried += (tried.empty() ? "" : ", ") + address;
+        if (tried.find(address) == std::string::npos) base::append_listed(tried, address);
         Socket sock = Socket::connect_within(address, static_cast<uint16_t>(port), limit);
         if (!sock.valid()) {
           again = again || errno == ETIMEDOUT;

@@ -12,6 +12,7 @@
 #include "base/dynamic_library.hpp"
 #include "base/log.hpp"
 #include "base/settings.hpp"
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 
 #if FI_MAJOR_VERSION != 1
@@ -52,7 +53,7 @@ std::vector<std::string> providers(const Libfabric& lib) {
 
 std::string comma_list(const std::vector<std::string>& items) {
   std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  for (const auto& item : items) base::append_listed(text, item);
   return text;
 }
 

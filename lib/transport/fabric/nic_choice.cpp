@@ -6,6 +6,7 @@
 #include <tuple>
 #include <sstream>
 
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 #include "topo/net.hpp"
 
@@ -33,7 +34,7 @@ bool natural_less(const std::string& a, const std::string& b) {
 
 std::string list(const std::vector<NicCandidate>& candidates) {
   std::string text;
-  for (const auto& c : candidates) text += (text.empty() ? "" : ", ") + c.domain;
+  for (const auto& c : candidates) base::append_listed(text, c.domain);
   return text.empty() ? "none" : text;
 }
 

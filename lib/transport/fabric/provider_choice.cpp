@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/log.hpp"
+#include "base/text.hpp"
 #include "hiercoll/errors.hpp"
 #include "topo/net.hpp"
 #include "transport/fabric/libfabric.hpp"
@@ -136,7 +137,7 @@ void warn_if_efa_unused() {
       target[n] = 0;
       const char* driver = std::strrchr(target, '/');
       if (driver && std::strcmp(driver + 1, "efa") == 0)
-        devices += (devices.empty() ? "" : ", ") + std::string(entry->d_name);
+        base::append_listed(devices, entry->d_name);
     }
     closedir(dir);
   }
@@ -197,7 +198,7 @@ ProviderChoice choose_provider(const FabricOptions& options) {
       lib.freeinfo(hints);
       if (rc == 0 && list) break;
     }
-    tried += (tried.empty() ? "" : ", ") + name + " (" + (rc ? lib.strerror(-rc) : "ok") + ")";
+    base::append_listed(tried, name + " (" + (rc ? lib.strerror(-rc) : "ok") + ")");
     if (rc != 0 || list == nullptr) continue;
     std::unique_ptr<fi_info, void (*)(fi_info*)> owned(list, lib.freeinfo);
     std::vector<fi_info*> usable;
