@@ -30,7 +30,7 @@ void check_agreement(Channel& ch, const OpDescriptor& mine, std::string (*descri
   std::vector<int> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) ranks[static_cast<size_t>(r)] = ch.world_rank(r);
   Channel check = ch.subgroup(ranks, ch.rank(), kAgreementStepBase);
-  ring_allgather(check, all.data(), Segments::blocks(sizeof(OpDescriptor), n), 1);
+  ring_phase_allgather(check, all.data(), Segments::blocks(sizeof(OpDescriptor), n), 1);
   for (int r = 0; r < n; ++r) {
     if (!same(all[static_cast<size_t>(r)], mine)) {
       throw InvalidUsageError("collective mismatch: rank " + std::to_string(ch.world_rank(ch.rank())) + " called " +

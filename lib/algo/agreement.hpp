@@ -10,7 +10,7 @@
 namespace hiercoll::algo {
 
 struct OpDescriptor {
-  uint32_t kind = 0;  ///< which collective (an index into the communicator's list of names)
+  uint32_t kind = 0;  ///< which collective: an algo::Kind's value
   uint32_t type = 0;  ///< DataType
   uint32_t op = 0;    ///< ReduceOp (0 where none)
   int32_t root = -1;  ///< -1 where none

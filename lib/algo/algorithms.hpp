@@ -1,7 +1,10 @@
 #pragma once
-// The flat collectives, each in its own file, all written against Channel. Buffers are host memory (device
-// buffers reach them as staged host copies: gpu/device_path.hpp);
-// counts are elements of `type`. Each function blocks the calling (progress) thread until done.
+// Every collective algorithm, each in its own file; counts are elements of `type`. Two families:
+//  - flat ones, written against Channel, on host memory (device buffers reach them as staged host copies:
+//    gpu/device_path.hpp); each blocks the calling (progress) thread until done;
+//  - node ones (allreduce_hier and its variants, the *_node collectives), written against NodeMemory, on the memory
+//    its queue works on, host or device: they issue the queue's work, bounded by an Issue's deadline and abort flag,
+//    and hand any network phase to a NetworkStage.
 #include <cstddef>
 #include <cstring>
 
@@ -79,11 +82,13 @@ struct ShardedChunks {
   static ShardedChunks of(size_t count, int n, size_t elem, const AlgoConfig& config);
 };
 
-/// Ring reduce-scatter: afterwards segment ch.rank() of the reduction is in `own_out`. Other segments'
-/// partial sums go to `work` (same layout as `in`; may be `in` itself). Sends read `in` and `work` only.
-void ring_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out, const Segments& segments,
-                         DataType type, ReduceOp op);
-/// Ring allgather: `out` holds segment ch.rank() on entry and every segment on return.
-void ring_allgather(Channel& ch, void* out, const Segments& segments, size_t elem_size);
+/// The ring allreduce's first phase, also the ring reduce-scatter's body (reduce_scatter_ring): afterwards segment
+/// ch.rank() of the reduction is in `own_out`. Other segments' partial sums go to `work` (same layout as `in`; may
+/// be `in` itself). Sends read `in` and `work` only.
+void ring_phase_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out, const Segments& segments,
+                               DataType type, ReduceOp op);
+/// The ring allreduce's second phase, also the ring allgather's body (allgather_ring): `out` holds segment ch.rank()
+/// on entry and every segment on return.
+void ring_phase_allgather(Channel& ch, void* out, const Segments& segments, size_t elem_size);
 
 }  // namespace hiercoll::algo

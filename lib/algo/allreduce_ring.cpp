@@ -16,9 +16,9 @@ void allreduce_ring(Channel& ch, const void* in, void* out, size_t count, DataTy
   }
   Segments segments = Segments::even(count, n);
   auto* own = static_cast<uint8_t*>(out) + segments.offset[r] * elem;
-  ring_reduce_scatter(ch, in, out, own, segments, type, op);
+  ring_phase_reduce_scatter(ch, in, out, own, segments, type, op);
   if (op == ReduceOp::kAvg) reduce::divide(own, segments.count[r], type, n);
-  ring_allgather(ch, out, segments, elem);
+  ring_phase_allgather(ch, out, segments, elem);
 }
 
 }  // namespace hiercoll::algo

@@ -16,7 +16,7 @@ void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_cou
     return;
   }
   void* work = ch.scratch().get(static_cast<size_t>(n) * recv_count * elem, 1);
-  ring_reduce_scatter(ch, in, work, out, Segments::blocks(recv_count, n), type, op);
+  ring_phase_reduce_scatter(ch, in, work, out, Segments::blocks(recv_count, n), type, op);
   if (op == ReduceOp::kAvg) reduce::divide(out, recv_count, type, n);
 }
 

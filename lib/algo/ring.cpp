@@ -56,8 +56,8 @@ std::pair<size_t, size_t> chunk_range(size_t count, size_t chunk, size_t c) {
 }
 }  // namespace
 
-void ring_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out, const Segments& segments,
-                         DataType type, ReduceOp op) {
+void ring_phase_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out, const Segments& segments,
+                               DataType type, ReduceOp op) {
   // Step s (0..n-2): send segment r-s-1 to the right, receive segment r-s-2 from the left and reduce it
   // with our own input. After the last step, segment r is complete.
   const int n = ch.size(), r = ch.rank();
@@ -104,7 +104,7 @@ void ring_reduce_scatter(Channel& ch, const void* in, void* work, void* own_out,
   ch.wait_all(sends);
 }
 
-void ring_allgather(Channel& ch, void* out, const Segments& segments, size_t elem) {
+void ring_phase_allgather(Channel& ch, void* out, const Segments& segments, size_t elem) {
   // Step s (0..n-2): send segment r-s to the right, receive segment r-s-1 from the left straight into `out`.
   const int n = ch.size(), r = ch.rank();
   const int right = mod(r + 1, n), left = mod(r - 1, n);

@@ -159,7 +159,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   std::optional<base::Failure> failure;
   try {
     // Named only if it fails (below).
-    schedule.here(*this, algo::Issue{{now + timeout(), &aborted_, std::string()}, size_}, call, c.in, c.out);
+    schedule.on_caller(*this, algo::Issue{{now + timeout(), &aborted_, std::string()}, size_}, call, c.in, c.out);
   } catch (const Error& e) {
     failure = base::Failure::of(e);
   } catch (const std::exception& e) {
@@ -169,7 +169,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   Work work;  // finished: a Work without state
   if (failure) {
     const std::string what = describe(c, algorithm, false);
-    const char* phase = schedule.here_phase ? schedule.here_phase(*this, call) : nullptr;
+    const char* phase = schedule.on_caller_phase ? schedule.on_caller_phase(*this, call) : nullptr;
     failure->message =
         what + " (rank " + std::to_string(rank_) + ")" + (phase ? std::string(" ") + phase : "") + failure->message;
     fail(*failure, what, true);
@@ -218,8 +218,8 @@ Work CommunicatorImpl::collective(const Collective& c) {
   const Call call{c.count, c.type, c.op, c.root, buffers.in_bytes, buffers.out_bytes, size_};
   // Host buffers in node memory only (the one-node allreduce, the node reduce-scatter, allgather, broadcast and
   // barrier) may run on the caller's thread.
-  const bool node_only = schedule.here != nullptr &&
-                         (algorithm == algo::Algorithm::kNode || algo::node_only_allreduce(hierarchy_, host_memory_));
+  const bool node_only =
+      schedule.on_caller != nullptr && (schedule.on_caller_fits == nullptr || schedule.on_caller_fits(*this));
   if (device < 0 && bytes <= kCallerRunBytes && node_only) {
     if (std::optional<Work> done = run_here(c, algorithm, schedule, call)) return *std::move(done);
   }

@@ -195,7 +195,7 @@ class CommunicatorImpl {
   algo::Channel next_channel(const std::string& what);
   /// A collective of host buffers up to 1 MB that only node memory carries (a one-node allreduce, the node
   /// reduce-scatter, allgather, broadcast and barrier), on the caller's thread (collective.cpp): if the progress
-  /// thread is idle with nothing queued, runs `schedule.here` now and returns its finished Work; otherwise nullopt,
+  /// thread is idle with nothing queued, runs `schedule.on_caller` now and returns its finished Work; otherwise nullopt,
   /// and it is enqueued.
   std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm, const Schedule& schedule,
                                const Call& call);

@@ -112,8 +112,8 @@ const Schedule kSchedules[] = {
      [](CommunicatorImpl& impl, const Call& c, const void* in, void* out) {
        return hier_device(impl, c, in, out, algo::InterNode::kRail);
      },
-     // One node (collective() checks node_only_allreduce): no network phase. Small inputs in one flag round, each
-     // rank reducing all of them itself (allreduce_one_shot).
+     // One node: no network phase. Small inputs in one flag round, each rank reducing all of them itself
+     // (allreduce_one_shot).
      [](CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
        algo::NodeMemory& memory = impl.host_memory();
        if (algo::one_shot_allreduce(impl.hierarchy(), memory, c.count * dtype_size(c.type))) {
@@ -124,6 +124,7 @@ const Schedule kSchedules[] = {
                               algo::InterNode::kRail);
        }
      },
+     [](CommunicatorImpl& impl) { return algo::node_only_allreduce(impl.hierarchy(), impl.host_memory()); },
      // The one-shot's wait is unnamed.
      [](CommunicatorImpl& impl, const Call& c) -> const char* {
        return algo::one_shot_allreduce(impl.hierarchy(), impl.host_memory(), c.count * dtype_size(c.type))

@@ -2,8 +2,8 @@
 // The table of schedules: for every (algorithm, kind) the selector can choose (algo/select.cpp), one row saying how
 // the engine runs it: on the progress thread over a Channel, on device buffers through the node's peer memory, on
 // the caller's thread in node memory alone. CommunicatorImpl::collective looks the row up and names no algorithm, so
-// a new schedule is a row here (and the selector's choice of it); a new collective kind is also its buffers' check
-// (validate, collective.cpp) and its entry point.
+// a new schedule is a row here (and the selector's choice of it); a new collective kind is also its row in
+// algo/kind.hpp and its entry point (docs/design.md, "Adding an algorithm or a collective").
 #include <functional>
 
 #include "algo/channel.hpp"
@@ -36,12 +36,15 @@ struct Schedule {
   /// Where the schedule runs on device buffers directly (intra-node phases on the GPUs), its issue on the caller's
   /// `in` and `out`; null: device buffers are staged through host memory and run `host`.
   CommunicatorImpl::DeviceIssue (*device)(CommunicatorImpl& impl, const Call& call, const void* in, void* out);
-  /// Where the schedule needs node memory alone (no Channel, no network): the whole operation on the calling thread,
-  /// bounded by `issue`; null: it needs the progress thread.
-  void (*here)(CommunicatorImpl& impl, const algo::Issue& issue, const Call& call, const void* in, void* out);
-  /// Where `here` waits without naming its phase (a wait that builds no name costs less), the phase its errors
-  /// name; null: its waits name themselves (Issue::wait), or it has no `here`.
-  const char* (*here_phase)(CommunicatorImpl& impl, const Call& call) = nullptr;
+  /// Where the schedule can need node memory alone (no Channel, no network): the whole operation on the caller's
+  /// thread, bounded by `issue` (CommunicatorImpl::run_here); null: it needs the progress thread.
+  void (*on_caller)(CommunicatorImpl& impl, const algo::Issue& issue, const Call& call, const void* in, void* out);
+  /// Where `on_caller` needs node memory alone only on some layouts, whether this communicator's is one; null: on
+  /// every layout the selector chooses the row for.
+  bool (*on_caller_fits)(CommunicatorImpl& impl) = nullptr;
+  /// Where `on_caller` waits without naming its phase (a wait that builds no name costs less), the phase its errors
+  /// name; null: its waits name themselves (Issue::wait), or it has no `on_caller`.
+  const char* (*on_caller_phase)(CommunicatorImpl& impl, const Call& call) = nullptr;
 };
 
 /// The row for (algorithm, kind). Throws InternalError for a pair the table lacks (a selector choice without a row).
