@@ -292,20 +292,20 @@ class PipelinedRun {
 void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                     size_t count, DataType type, ReduceOp op, InterNode inter) {
   const size_t bytes = count * dtype_size(type);
-  if (m.peers == nullptr) {  // alone on the node: only the inter-node phase (host memory only)
-    if (m.network_staging[0] != nullptr) {
-      throw InternalError(issue.limits.what + ": device memory needs peer memory for the hierarchical allreduce");
-    }
-    m.queue->copy(out, in, bytes);
-    net.hand_over(whole_over_rail(h, inter, out, count, type, op, issue.world));
-    net.take_back();
-    return;
+  switch (hier_variant(h, m, bytes)) {
+    case HierVariant::kNetworkOnly:  // host memory only
+      if (m.network_staging[0] != nullptr) {
+        throw InternalError(issue.limits.what + ": device memory needs peer memory for the hierarchical allreduce");
+      }
+      m.queue->copy(out, in, bytes);
+      net.hand_over(whole_over_rail(h, inter, out, count, type, op, issue.world));
+      net.take_back();
+      return;
+    case HierVariant::kOneShot:
+      return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, issue.world);
+    case HierVariant::kLeader: return allreduce_leader(issue, h, m, net, in, out, count, type, op, inter);
+    case HierVariant::kPipelined: return PipelinedRun(issue, h, m, net, in, out, count, type, op, inter).run();
   }
-  if (one_shot_allreduce(h, m, bytes)) {
-    return allreduce_one_shot(m, issue.wait(kOneShotPhase), in, out, count, type, op, issue.world);
-  }
-  if (leader_allreduce(h, m, bytes)) return allreduce_leader(issue, h, m, net, in, out, count, type, op, inter);
-  PipelinedRun(issue, h, m, net, in, out, count, type, op, inter).run();
 }
 
 }  // namespace hiercoll::algo

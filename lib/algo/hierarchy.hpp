@@ -202,17 +202,35 @@ inline bool node_only_allreduce(const Hierarchy& h, const NodeMemory& m) {
 /// rail (allreduce_leader): below it a message's cost is its latency and its receiver's wake-up, not its bytes.
 inline constexpr size_t kLeaderBytes = 16 << 10;
 
-/// Whether the hierarchical allreduce of `bytes` goes through local rank 0 alone (allreduce_leader): several nodes,
-/// local peers, host memory, and small enough.
-inline bool leader_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
-  return h.rail.size() > 1 && m.peers != nullptr && m.network_staging[0] == nullptr && bytes > 0 &&
-         bytes <= std::min(kLeaderBytes, m.peers->area_bytes());
+/// The forms the hierarchical allreduce takes (allreduce_hier.cpp).
+enum class HierVariant {
+  kNetworkOnly,  ///< alone on its node: the inter-node phase alone
+  kOneShot,      ///< one node, small: one flag round, every rank reducing every input (allreduce_one_shot)
+  kLeader,       ///< several nodes, small, host memory: local rank 0 alone crosses the network (allreduce_leader)
+  kPipelined,    ///< the three phases, piece by piece
+};
+const char* to_string(HierVariant variant);
+
+/// Which form the hierarchical allreduce of `bytes` takes: the one place it is decided, for the algorithm and for the
+/// cost model that prices it (CostModel::hierarchical). `nodes`: ranks of this rank's rail; `local_size`: ranks of
+/// its node; `staged`: the network phase works on a staged host copy (device memory); `area_bytes`: one area of the
+/// node's peer memory (HIERCOLL_SHM_PIECE_BYTES).
+constexpr HierVariant hier_variant(size_t nodes, int local_size, bool staged, size_t area_bytes, size_t bytes) {
+  if (local_size <= 1) return HierVariant::kNetworkOnly;
+  if (nodes <= 1) return bytes <= std::min(kOneShotBytes, area_bytes) ? HierVariant::kOneShot : HierVariant::kPipelined;
+  return !staged && bytes > 0 && bytes <= std::min(kLeaderBytes, area_bytes) ? HierVariant::kLeader
+                                                                              : HierVariant::kPipelined;
+}
+inline HierVariant hier_variant(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
+  if (m.peers == nullptr) return HierVariant::kNetworkOnly;
+  return hier_variant(h.rail.size(), m.peers->local_size(), m.network_staging[0] != nullptr, m.peers->area_bytes(),
+                      bytes);
 }
 
-/// Whether the hierarchical allreduce of `bytes` is one flag round in peer memory: one node, and small enough.
-/// It then uses no network endpoint and no helper thread.
+/// Whether the hierarchical allreduce of `bytes` is one flag round in peer memory: it then uses no network endpoint
+/// and no helper thread.
 inline bool one_shot_allreduce(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
-  return node_only_allreduce(h, m) && bytes <= std::min(kOneShotBytes, m.peers->area_bytes());
+  return hier_variant(h, m, bytes) == HierVariant::kOneShot;
 }
 
 }  // namespace hiercoll::algo

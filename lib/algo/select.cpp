@@ -51,6 +51,16 @@ const AlgorithmName* row_of(Algorithm algorithm) {
 
 }  // namespace
 
+const char* to_string(HierVariant variant) {
+  switch (variant) {
+    case HierVariant::kNetworkOnly: return "network only";
+    case HierVariant::kOneShot: return "one shot";
+    case HierVariant::kLeader: return "leader";
+    case HierVariant::kPipelined: return "pipelined";
+  }
+  return "?";
+}
+
 const char* to_string(Algorithm algo) {
   const AlgorithmName* row = row_of(algo);
   return row ? row->name : "?";
@@ -148,14 +158,15 @@ namespace {
 // fill and drain the pipeline (one piece: no overlap at all). The L rails share the node's link, which carries S
 // as one allreduce over N ranks would; each rank's messages are those of its rail's share of every piece, all
 // local ranks sending at once, except up to kLeaderBytes, where local rank 0 alone crosses (allreduce_leader).
-double around_inter_node(const CostModel& m, double bytes, const Layout& layout,
+double around_inter_node(const CostModel& m, double bytes, const Layout& layout, bool device,
                          Exchange (*over)(const CostModel&, double, int)) {
   const int nodes = layout.node_count, local = layout.local_size;
   const double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(m.shm_piece_bytes)));
   const double intra = local > 1 ? pieces * 2 * m.shm.latency_us * 1e-6 + 3 * bytes / (m.shm.bandwidth_gbps * 1e9) : 0;
   double inter = 0;
   if (nodes > 1) {
-    const bool leader = local > 1 && bytes <= static_cast<double>(kLeaderBytes);
+    const bool leader = hier_variant(static_cast<size_t>(nodes), local, device, m.shm_piece_bytes,
+                                     static_cast<size_t>(bytes)) == HierVariant::kLeader;
     Exchange exchange = over(m, bytes, nodes);
     const Exchange piece = over(m, bytes / pieces / (leader ? 1 : local), nodes);
     exchange.messages = piece.messages * pieces;
@@ -169,15 +180,15 @@ double around_inter_node(const CostModel& m, double bytes, const Layout& layout,
 
 // Hierarchical: an inter-node ring on S/L per local rank, 2(N-1) latency steps; below the crossover the rails use
 // recursive doubling instead (allreduce_hier.cpp), whose rounds move the whole S/L per rail.
-double CostModel::hierarchical(double bytes, const Layout& layout) const {
-  return around_inter_node(*this, bytes, layout, rails_over);
+double CostModel::hierarchical(double bytes, const Layout& layout, bool device) const {
+  return around_inter_node(*this, bytes, layout, device, rails_over);
 }
 
 // Sharded servers: in the hierarchical schedule, the node's link carries the same bytes as the rail rings', in 2
 // latency steps instead of 2(N-1); over all ranks (no node structure to use), each rank serves 1/n.
-double CostModel::sharded(double bytes, const Layout& layout, bool hierarchical) const {
+double CostModel::sharded(double bytes, const Layout& layout, bool hierarchical, bool device) const {
   if (!hierarchical) return sharded_over(*this, bytes, layout.size).at(*this);
-  return around_inter_node(*this, bytes, layout, sharded_over);
+  return around_inter_node(*this, bytes, layout, device, sharded_over);
 }
 
 CostModel CostModel::from(const base::Settings& settings) {
@@ -222,9 +233,11 @@ double ring_seconds(const CostModel& m, double bytes, const Situation& s) { retu
 double rd_seconds(const CostModel& m, double bytes, const Situation& s) {
   return m.recursive_doubling(bytes, *s.layout);
 }
-double hier_seconds(const CostModel& m, double bytes, const Situation& s) { return m.hierarchical(bytes, *s.layout); }
+double hier_seconds(const CostModel& m, double bytes, const Situation& s) {
+  return m.hierarchical(bytes, *s.layout, s.device);
+}
 double sharded_seconds(const CostModel& m, double bytes, const Situation& s) {
-  return m.sharded(bytes, *s.layout, s.hierarchy_ready);
+  return m.sharded(bytes, *s.layout, s.hierarchy_ready, s.device);
 }
 
 }  // namespace
@@ -341,7 +354,13 @@ std::string Selector::tuning_table() const {
       }
       out << std::setw(12) << cell.str();
     }
-    out << "  " << to_string(choose(bytes));
+    const Algorithm chosen = choose(bytes);
+    out << "  " << to_string(chosen);
+    if (chosen == Algorithm::kHierarchical || (chosen == Algorithm::kSharded && hierarchy_ready_)) {
+      out << " (" << to_string(hier_variant(static_cast<size_t>(layout_.node_count), layout_.local_size, false,
+                                            model_.shm_piece_bytes, bytes))
+          << ")";
+    }
   }
   return out.str();
 }

@@ -72,10 +72,11 @@ struct CostModel {
   /// Predicted seconds for an allreduce of `bytes` on `layout`.
   double ring(double bytes, const Layout& layout) const;
   double recursive_doubling(double bytes, const Layout& layout) const;
-  double hierarchical(double bytes, const Layout& layout) const;
+  /// `device`: on device buffers (the form it takes depends on it: hier_variant).
+  double hierarchical(double bytes, const Layout& layout, bool device = false) const;
   /// Sharded reduction servers: inside the hierarchical allreduce where the layout is regular with several ranks
   /// per node (`hierarchical` true), else over all ranks.
-  double sharded(double bytes, const Layout& layout, bool hierarchical) const;
+  double sharded(double bytes, const Layout& layout, bool hierarchical, bool device = false) const;
 
   /// The model of `settings`' figures; CostModel::from(base::Settings::defaults()) is the default one.
   static CostModel from(const base::Settings& settings);

@@ -384,3 +384,32 @@ TEST_CASE("HIERCOLL_ALGO's names are the table's forceable rows, each read back 
   CHECK_THROWS_WITH(algo::forced_algorithm("node"), Catch::Contains("ring, rd, hier, sharded"));
   CHECK_THROWS_AS(algo::forced_algorithm(""), InvalidUsageError);
 }
+
+// The hierarchical allreduce's form is decided in one place (hier_variant), which both the algorithm and the cost
+// model read: the model prices local rank 0 alone crossing the network exactly where the algorithm does that.
+TEST_CASE("the cost model prices the hierarchical allreduce in the form the algorithm takes", "[select]") {
+  using algo::HierVariant;
+  const size_t area = 512 << 10;
+  CHECK(algo::hier_variant(4, 1, false, area, 8) == HierVariant::kNetworkOnly);
+  CHECK(algo::hier_variant(1, 4, false, area, algo::kOneShotBytes) == HierVariant::kOneShot);
+  CHECK(algo::hier_variant(1, 4, true, area, algo::kOneShotBytes) == HierVariant::kOneShot);  // device too
+  CHECK(algo::hier_variant(1, 4, false, area, algo::kOneShotBytes + 1) == HierVariant::kPipelined);
+  CHECK(algo::hier_variant(2, 4, false, area, algo::kLeaderBytes) == HierVariant::kLeader);
+  CHECK(algo::hier_variant(2, 4, false, area, algo::kLeaderBytes + 1) == HierVariant::kPipelined);
+  CHECK(algo::hier_variant(2, 4, false, area, 0) == HierVariant::kPipelined);
+  CHECK(algo::hier_variant(2, 4, true, area, 1024) == HierVariant::kPipelined);          // device: every rail
+  CHECK(algo::hier_variant(2, 4, false, 4 << 10, 8 << 10) == HierVariant::kPipelined);  // past one area
+  CHECK(algo::hier_variant(2, 4, false, 4 << 10, 4 << 10) == HierVariant::kLeader);
+
+  // Where ranks share cores, one message per node pair (the leader) costs less CPU than one per rail: the model's
+  // host figure is below its device figure at a leader's size, and equal past it.
+  algo::CostModel model = algo::CostModel::from(base::Settings::defaults());
+  model.net = {1, 10, 20};  // each message's CPU overhead far above the link's latency
+  model.ranks_per_cpu = 2;
+  const Layout two_by_four = Layout::from_node_ids(nodes_of(2, 4), 0);
+  CHECK(model.hierarchical(4096, two_by_four, false) < model.hierarchical(4096, two_by_four, true));
+  CHECK(model.hierarchical(1 << 20, two_by_four, false) == Approx(model.hierarchical(1 << 20, two_by_four, true)));
+  // And not past one area of peer memory, where the algorithm pipelines even a small message.
+  model.shm_piece_bytes = 1024;
+  CHECK(model.hierarchical(4096, two_by_four, false) == Approx(model.hierarchical(4096, two_by_four, true)));
+}
