@@ -3,7 +3,7 @@
 //  - flat ones, written against Channel, on host memory (device buffers reach them as staged host copies:
 //    gpu/device_path.hpp); each blocks the calling (progress) thread until done;
 //  - node ones (allreduce_hier and its variants, the *_node collectives), written against NodeMemory, on the memory
-//    its queue works on, host or device: they issue the queue's work, bounded by an Issue's deadline and abort flag,
+//    its queue works on, host or device: they issue the queue's work, bounded by an OpContext's deadline and abort flag,
 //    and hand any network phase to a NetworkStage.
 #include <cstddef>
 #include <cstring>
@@ -24,14 +24,14 @@ void allreduce_recursive_doubling(Channel& ch, const void* in, void* out, size_t
 struct Hierarchy;
 enum class InterNode;
 struct NodeMemory;
-struct Issue;
+struct OpContext;
 class NetworkStage;
 /// Hierarchical: intra-node reduce-scatter (through the node's peer memory), inter-node allreduce per local
 /// rank, intra-node allgather. Requires every node to have the same number of ranks. `in` and `out` are the
 /// kind of memory `memory.queue` works on (host, or device). Issues the operation's queue work and hands the
 /// inter-node phase to `network` (see network_stage.hpp): the result is in `out` once the queue's work ran.
 /// `inter` picks the inter-node algorithm (a ring per rail, or sharded reduction servers).
-void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& memory, NetworkStage& network, const void* in,
+void allreduce_hier(const OpContext& issue, Hierarchy& h, NodeMemory& memory, NetworkStage& network, const void* in,
                     void* out, size_t count, DataType type, ReduceOp op, InterNode inter);
 /// allreduce_hier on one node when one_shot_allreduce(): every local rank stages its input in peer memory, one
 /// flag round, then each reduces all L inputs itself. Needs no Channel (no network, no tags), so it may run on the
@@ -40,13 +40,13 @@ void allreduce_one_shot(NodeMemory& memory, const device::WaitContext& wait, con
                         DataType type, ReduceOp op, int world);
 /// Reduce-scatter and allgather when the whole group is one node: every rank reads the others' parts from the
 /// node's peer memory. Same contracts as the ring versions; queue work only, issued like allreduce_hier's.
-void reduce_scatter_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t recv_count,
+void reduce_scatter_node(const OpContext& issue, NodeMemory& memory, const void* in, void* out, size_t recv_count,
                          DataType type, ReduceOp op);
-void allgather_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t send_count,
+void allgather_node(const OpContext& issue, NodeMemory& memory, const void* in, void* out, size_t send_count,
                     DataType type);
 /// Broadcast of `bytes` from local rank `root` when the whole group is one node: the root stages its data in its
 /// area, round by round, and the others copy it out (a few bytes ride in the root's flag).
-void broadcast_node(const Issue& issue, NodeMemory& memory, const void* in, void* out, size_t bytes, int root);
+void broadcast_node(const OpContext& issue, NodeMemory& memory, const void* in, void* out, size_t bytes, int root);
 void reduce_scatter_ring(Channel& ch, const void* in, void* out, size_t recv_count, DataType type, ReduceOp op);
 void allgather_ring(Channel& ch, const void* in, void* out, size_t send_count, DataType type);
 /// Pipelined chain from the root.
@@ -56,7 +56,7 @@ void reduce_chain(Channel& ch, const void* in, void* out, size_t count, DataType
 void alltoall_pairwise(Channel& ch, const void* in, void* out, size_t bytes_per_rank);
 void barrier_dissemination(Channel& ch);
 /// Barrier when the whole group is one node: one round of the node's flags, no network.
-void barrier_node(const Issue& issue, NodeMemory& memory);
+void barrier_node(const OpContext& issue, NodeMemory& memory);
 
 /// memcpy that accepts empty and identical ranges (memcpy itself does not, even for 0 bytes of null).
 inline void copy_bytes(void* dst, const void* src, size_t bytes) {

@@ -86,7 +86,7 @@ void allreduce_one_shot(NodeMemory& m, const device::WaitContext& wait, const vo
 
 namespace {
 
-void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+void allreduce_leader(const OpContext& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                       size_t count, DataType type, ReduceOp op, InterNode inter) {
   // Latency-bound sizes across nodes: one message per node pair instead of one per rail. Every rail would carry
   // a few bytes, and each message costs its receiver a wake-up where ranks share cores (through every rail, more
@@ -130,7 +130,7 @@ void allreduce_leader(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkSt
 // phase (2) as a network job, its phase (3) (allgather), and the software pipeline that overlaps them (run).
 class PipelinedRun {
  public:
-  PipelinedRun(const Issue& issue, const Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+  PipelinedRun(const OpContext& issue, const Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                size_t count, DataType type, ReduceOp op, InterNode inter)
       : h_(h),
         m_(m),
@@ -289,7 +289,7 @@ class PipelinedRun {
 
 }  // namespace
 
-void allreduce_hier(const Issue& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
+void allreduce_hier(const OpContext& issue, Hierarchy& h, NodeMemory& m, NetworkStage& net, const void* in, void* out,
                     size_t count, DataType type, ReduceOp op, InterNode inter) {
   const size_t bytes = count * dtype_size(type);
   switch (hier_variant(h, m, bytes)) {

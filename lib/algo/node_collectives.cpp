@@ -101,7 +101,7 @@ size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t e
 
 }  // namespace
 
-void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t recv_count, DataType type,
+void reduce_scatter_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t recv_count, DataType type,
                          ReduceOp op) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
@@ -150,7 +150,7 @@ void reduce_scatter_node(const Issue& issue, NodeMemory& m, const void* in, void
   m.pieces_done += rounds;
 }
 
-void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
+void allgather_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
   const int L = peers.local_size(), me = peers.local_rank();
@@ -203,7 +203,7 @@ void allgather_node(const Issue& issue, NodeMemory& m, const void* in, void* out
   m.pieces_done += rounds;
 }
 
-void barrier_node(const Issue& issue, NodeMemory& m) {
+void barrier_node(const OpContext& issue, NodeMemory& m) {
   // A flag round without payload: every rank's flag of this round is raised only once that rank has arrived.
   const NodeRound r = node_round(m, 0);
   const uint8_t nothing = 0;
@@ -259,7 +259,7 @@ void broadcast_ring(NodeMemory& m, const device::WaitContext& wait, const void* 
 
 }  // namespace
 
-void broadcast_node(const Issue& issue, NodeMemory& m, const void* in, void* out, size_t bytes, int root) {
+void broadcast_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t bytes, int root) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
   const int L = peers.local_size(), me = peers.local_rank();

@@ -49,7 +49,7 @@ int device_of(const char* op, const Buffers& b) {
 // Device buffers through pinned host memory: the device stages the input, hands it to the host half, which
 // runs the host algorithm there, and takes the result back. Every collective has this path; the allreduce,
 // reduce-scatter and allgather have faster ones (on device memory, through the node's peer memory).
-algo::NetworkStage::Job issue_staged(const algo::Issue& issue, gpu::DevicePath& path, const Buffers& b,
+algo::NetworkStage::Job issue_staged(const algo::OpContext& issue, gpu::DevicePath& path, const Buffers& b,
                                      const HostBody& body) {
   device::Queue& queue = path.queue();
   void* host_in = b.in_bytes ? path.pinned(b.in_bytes, 0) : nullptr;
@@ -85,14 +85,14 @@ Work run(CommunicatorImpl& impl, int device, std::string what, const algo::OpDes
     // its input copied to its output, on the internal stream, not a trip through host memory (docs/gpu.md). In place
     // there is nothing to move; the operation is only its end (signalled on the device after the caller's stream, so
     // that is_completed() still means the caller's earlier work is done).
-    device_issue = [buffers](const algo::Issue&, gpu::DevicePath& path) -> algo::NetworkStage::Job {
+    device_issue = [buffers](const algo::OpContext&, gpu::DevicePath& path) -> algo::NetworkStage::Job {
       if (buffers.out != buffers.in) {
         path.queue().copy(buffers.out, buffers.in, std::min(buffers.in_bytes, buffers.out_bytes));
       }
       return nullptr;
     };
   } else if (!device_issue) {
-    device_issue = [buffers, host = std::move(host_body)](const algo::Issue& issue, gpu::DevicePath& path) {
+    device_issue = [buffers, host = std::move(host_body)](const algo::OpContext& issue, gpu::DevicePath& path) {
       return issue_staged(issue, path, buffers, host);
     };
   }
@@ -159,7 +159,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   std::optional<base::Failure> failure;
   try {
     // Named only if it fails (below).
-    schedule.on_caller(*this, algo::Issue{{now + timeout(), &aborted_, std::string()}, size_}, call, c.in, c.out);
+    schedule.on_caller(*this, algo::OpContext{{now + timeout(), &aborted_, std::string()}, size_}, call, c.in, c.out);
   } catch (const Error& e) {
     failure = base::Failure::of(e);
   } catch (const std::exception& e) {

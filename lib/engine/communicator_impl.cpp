@@ -109,7 +109,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   std::lock_guard<std::mutex> lock(device_mutex_);
   std::shared_ptr<gpu::DevicePath> path = device_path(device, what.c_str());
   path->follow_caller(stream, what);
-  const algo::Issue issue{{algo::Clock::now() + timeout(), &aborted_, what}, size()};
+  const algo::OpContext issue{{algo::Clock::now() + timeout(), &aborted_, what}, size()};
   const uint64_t ticket = device_tickets_ + 1;
   algo::NetworkStage::Job host_half;
   gpu::EventHandle end = nullptr;
@@ -144,7 +144,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   }
 }
 
-algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::Issue& issue, gpu::DevicePath& path) {
+algo::NodeMemory& CommunicatorImpl::device_node_memory(const algo::OpContext& issue, gpu::DevicePath& path) {
   auto exchange = [&](const std::vector<uint8_t>& mine) {
     // Local ranks swap CUDA IPC handles through the store, under keys of this node and this communicator.
     const std::string prefix = "cuda-ipc/" + std::to_string(layout_.node) + "/";

@@ -59,7 +59,7 @@ class CommunicatorImpl {
                           std::function<void(algo::Channel&)> body);
   /// Issues an operation's device work on the caller's thread (see gpu/device_path.hpp) and returns its host half
   /// (run later by the progress thread on the operation's channel), or null if it has none.
-  using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::Issue&, gpu::DevicePath&)>;
+  using DeviceIssue = std::function<algo::NetworkStage::Job(const algo::OpContext&, gpu::DevicePath&)>;
   /// The same for device buffers on `device`, ordered after `stream`: `issue` runs now, on this thread; the
   /// operation completes once the device ran its work and the progress thread its host half.
   Work enqueue_device_collective(std::string what, const algo::OpDescriptor& descriptor, int device,
@@ -70,7 +70,7 @@ class CommunicatorImpl {
                             const void* in, size_t bytes);
   /// The node's CUDA IPC peer memory (made at the first call, by all local ranks together); caller's thread, in
   /// a DeviceIssue.
-  algo::NodeMemory& device_node_memory(const algo::Issue& issue, gpu::DevicePath& path);
+  algo::NodeMemory& device_node_memory(const algo::OpContext& issue, gpu::DevicePath& path);
   /// Pins (Endpoint::pin) what of `memory` the network phase sends from or receives into, for the communicator's
   /// life: this rank's shared areas where `areas` (host memory; a device path's are GPU memory, which the network
   /// reaches through the staging buffers), and the network staging buffers. Driver thread.

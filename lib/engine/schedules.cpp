@@ -26,14 +26,14 @@ HostBody hier_host(CommunicatorImpl& impl, const Call& c, algo::InterNode inter)
     algo::HelperStage helper(*hierarchy->network, ch);
     algo::NetworkStage& network =
         algo::single_piece(*memory, c.count * dtype_size(c.type)) ? static_cast<algo::NetworkStage&>(here) : helper;
-    algo::allreduce_hier(algo::Issue::of(ch), *hierarchy, *memory, network, in, out, c.count, c.type, c.op, inter);
+    algo::allreduce_hier(algo::OpContext::of(ch), *hierarchy, *memory, network, in, out, c.count, c.type, c.op, inter);
   };
 }
 
 // On device buffers its intra-node phases run on the GPUs; only the network phase crosses host memory.
 DeviceIssue hier_device(CommunicatorImpl& impl, const Call& c, const void* in, void* out, algo::InterNode inter) {
   CommunicatorImpl* self = &impl;
-  return [self, c, in, out, inter](const algo::Issue& issue, gpu::DevicePath& path) {
+  return [self, c, in, out, inter](const algo::OpContext& issue, gpu::DevicePath& path) {
     algo::NodeMemory& memory = self->device_node_memory(issue, path);
     algo::DeferredStage network = path.deferred_stage(issue.wait("network phase"));
     algo::allreduce_hier(issue, self->hierarchy(), memory, network, in, out, c.count, c.type, c.op, inter);
@@ -47,38 +47,38 @@ bool sharded_flat(CommunicatorImpl& impl) { return !impl.hierarchical_eligible()
 
 // A collective through one node's peer memory, the same call whichever runs it: the progress thread on host
 // buffers (shared memory), the caller's thread on device buffers (CUDA IPC), or the caller's thread on host buffers.
-using NodeOp = void (*)(const algo::Issue& issue, algo::NodeMemory& memory, const Call& c, const void* in, void* out);
+using NodeOp = void (*)(const algo::OpContext& issue, algo::NodeMemory& memory, const Call& c, const void* in, void* out);
 
 template <NodeOp op>
 HostBody node_host(CommunicatorImpl& impl, const Call& c) {
   algo::NodeMemory* memory = &impl.host_memory();
-  return [memory, c](Channel& ch, const void* in, void* out) { op(algo::Issue::of(ch), *memory, c, in, out); };
+  return [memory, c](Channel& ch, const void* in, void* out) { op(algo::OpContext::of(ch), *memory, c, in, out); };
 }
 
 template <NodeOp op>
 DeviceIssue node_device(CommunicatorImpl& impl, const Call& c, const void* in, void* out) {
   CommunicatorImpl* self = &impl;
-  return [self, c, in, out](const algo::Issue& issue, gpu::DevicePath& path) -> algo::NetworkStage::Job {
+  return [self, c, in, out](const algo::OpContext& issue, gpu::DevicePath& path) -> algo::NetworkStage::Job {
     op(issue, self->device_node_memory(issue, path), c, in, out);
     return nullptr;
   };
 }
 
 template <NodeOp op>
-void node_here(CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
+void node_here(CommunicatorImpl& impl, const algo::OpContext& issue, const Call& c, const void* in, void* out) {
   op(issue, impl.host_memory(), c, in, out);
 }
 
-void reduce_scatter_op(const algo::Issue& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
+void reduce_scatter_op(const algo::OpContext& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
   algo::reduce_scatter_node(issue, m, in, out, c.count, c.type, c.op);
 }
-void allgather_op(const algo::Issue& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
+void allgather_op(const algo::OpContext& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
   algo::allgather_node(issue, m, in, out, c.count, c.type);
 }
-void broadcast_op(const algo::Issue& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
+void broadcast_op(const algo::OpContext& issue, algo::NodeMemory& m, const Call& c, const void* in, void* out) {
   algo::broadcast_node(issue, m, in, out, c.out_bytes, c.root);
 }
-void barrier_op(const algo::Issue& issue, algo::NodeMemory& m, const Call&, const void*, void*) {
+void barrier_op(const algo::OpContext& issue, algo::NodeMemory& m, const Call&, const void*, void*) {
   algo::barrier_node(issue, m);
 }
 
@@ -114,7 +114,7 @@ const Schedule kSchedules[] = {
      },
      // One node: no network phase. Small inputs in one flag round, each rank reducing all of them itself
      // (allreduce_one_shot).
-     [](CommunicatorImpl& impl, const algo::Issue& issue, const Call& c, const void* in, void* out) {
+     [](CommunicatorImpl& impl, const algo::OpContext& issue, const Call& c, const void* in, void* out) {
        algo::NodeMemory& memory = impl.host_memory();
        if (algo::one_shot_allreduce(impl.hierarchy(), memory, c.count * dtype_size(c.type))) {
          algo::allreduce_one_shot(memory, issue.limits, in, out, c.count, c.type, c.op, issue.world);

@@ -38,12 +38,12 @@ struct Schedule {
   CommunicatorImpl::DeviceIssue (*device)(CommunicatorImpl& impl, const Call& call, const void* in, void* out);
   /// Where the schedule can need node memory alone (no Channel, no network): the whole operation on the caller's
   /// thread, bounded by `issue` (CommunicatorImpl::run_here); null: it needs the progress thread.
-  void (*on_caller)(CommunicatorImpl& impl, const algo::Issue& issue, const Call& call, const void* in, void* out);
+  void (*on_caller)(CommunicatorImpl& impl, const algo::OpContext& issue, const Call& call, const void* in, void* out);
   /// Where `on_caller` needs node memory alone only on some layouts, whether this communicator's is one; null: on
   /// every layout the selector chooses the row for.
   bool (*on_caller_fits)(CommunicatorImpl& impl) = nullptr;
   /// Where `on_caller` waits without naming its phase (a wait that builds no name costs less), the phase its errors
-  /// name; null: its waits name themselves (Issue::wait), or it has no `on_caller`.
+  /// name; null: its waits name themselves (OpContext::wait), or it has no `on_caller`.
   const char* (*on_caller_phase)(CommunicatorImpl& impl, const Call& call) = nullptr;
 };
 

@@ -73,7 +73,7 @@ struct EmulatedNodes {
                  algo::InterNode inter = algo::InterNode::kRail) {
     const size_t r = static_cast<size_t>(ch.rank());
     algo::HelperStage network(*hierarchy[r].network, ch);
-    algo::allreduce_hier(algo::Issue::of(ch), hierarchy[r], memory[r], network, in, out, count, type, op, inter);
+    algo::allreduce_hier(algo::OpContext::of(ch), hierarchy[r], memory[r], network, in, out, count, type, op, inter);
   }
 };
 
@@ -152,10 +152,10 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
         std::vector<float> in(total);
         for (size_t i = 0; i < total; ++i) in[i] = input(ch.rank(), i);
         scattered[r].assign(block, -99.f);
-        algo::reduce_scatter_node(algo::Issue::of(ch), nodes.memory[r], in.data(), scattered[r].data(), block,
+        algo::reduce_scatter_node(algo::OpContext::of(ch), nodes.memory[r], in.data(), scattered[r].data(), block,
                                   DataType::kFloat32, ReduceOp::kSum);
         gathered[r].assign(total, -99.f);
-        algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data() + r * block, gathered[r].data(), block,
+        algo::allgather_node(algo::OpContext::of(ch), nodes.memory[r], in.data() + r * block, gathered[r].data(), block,
                              DataType::kFloat32);
         // A pipelined allreduce (many pieces at block 300) just before the broadcasts, whose root stages a round
         // while others may still be reading the allreduce's last pieces. Each rank's shard is reduced into its area
@@ -173,11 +173,11 @@ TEST_CASE("node reduce-scatter, allgather, allreduce and broadcast through share
           std::vector<float>& all = whole[r][static_cast<size_t>(root)];
           all.assign(total, -99.f);
           if (ch.rank() == root) all = in;
-          algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], all.data(), all.data(), total * sizeof(float),
+          algo::broadcast_node(algo::OpContext::of(ch), nodes.memory[r], all.data(), all.data(), total * sizeof(float),
                                root);
           std::vector<float>& some = few[r][static_cast<size_t>(root)];
           some.assign(5, -99.f);
-          algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data() + (total > 5 ? 1 : 0), some.data(),
+          algo::broadcast_node(algo::OpContext::of(ch), nodes.memory[r], in.data() + (total > 5 ? 1 : 0), some.data(),
                                std::min<size_t>(5, total) * sizeof(float), root);
         }
       });
@@ -222,12 +222,12 @@ TEST_CASE("a node barrier lets no rank through before every local rank arrived",
       for (int k = 0; k < kRounds; ++k) {
         if ((ch.rank() + k) % local == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
         arrived[static_cast<size_t>(k)].fetch_add(1);
-        algo::barrier_node(algo::Issue::of(ch), nodes.memory[r]);
+        algo::barrier_node(algo::OpContext::of(ch), nodes.memory[r]);
         seen[r][static_cast<size_t>(k)] = arrived[static_cast<size_t>(k)].load();
         if (k % 5 == 4) {  // another node collective in between
           const float mine = static_cast<float>(ch.rank() + k);
           gathered[r].assign(static_cast<size_t>(local), -1.f);
-          algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], &mine, gathered[r].data(), 1, DataType::kFloat32);
+          algo::allgather_node(algo::OpContext::of(ch), nodes.memory[r], &mine, gathered[r].data(), 1, DataType::kFloat32);
           for (int q = 0; q < local; ++q) wrong += gathered[r][static_cast<size_t>(q)] != static_cast<float>(q + k);
         }
       }
@@ -269,7 +269,7 @@ TEST_CASE("small broadcasts through the roots' rings stay right when roots run m
         for (size_t i = 0; i < n; ++i) in[i] = input(root, static_cast<size_t>(call) * 100 + i);
         std::vector<float>& out = got[r][static_cast<size_t>(call)];
         out.assign(n, -99.f);
-        algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data(), out.data(), n * sizeof(float), root);
+        algo::broadcast_node(algo::OpContext::of(ch), nodes.memory[r], in.data(), out.data(), n * sizeof(float), root);
         if (call % (3 * K + 1) == 3 * K) {
           std::vector<float> sum(7);
           nodes.allreduce(ch, in.data(), sum.data(), std::min<size_t>(n, 7), DataType::kFloat32, ReduceOp::kSum);
@@ -357,10 +357,10 @@ TEST_CASE("node allgathers and broadcasts read the peers' buffers once, and stag
           all.assign(total, -99.f);
           if (call == 1) {  // in place: the input is this rank's block of the output
             std::copy(in.begin(), in.end(), all.begin() + static_cast<std::ptrdiff_t>(r * block));
-            algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], all.data() + r * block, all.data(), block,
+            algo::allgather_node(algo::OpContext::of(ch), nodes.memory[r], all.data() + r * block, all.data(), block,
                                  DataType::kFloat32);
           } else {
-            algo::allgather_node(algo::Issue::of(ch), nodes.memory[r], in.data(), all.data(), block,
+            algo::allgather_node(algo::OpContext::of(ch), nodes.memory[r], in.data(), all.data(), block,
                                  DataType::kFloat32);
           }
           rounds[r][static_cast<size_t>(call)] = nodes.memory[r].pieces_done - before;
@@ -368,7 +368,7 @@ TEST_CASE("node allgathers and broadcasts read the peers' buffers once, and stag
           std::vector<float>& got = whole[r][static_cast<size_t>(call)];
           got.assign(block, -99.f);
           const uint64_t before_broadcast = nodes.memory[r].pieces_done;
-          algo::broadcast_node(algo::Issue::of(ch), nodes.memory[r], in.data(), got.data(), block * sizeof(float),
+          algo::broadcast_node(algo::OpContext::of(ch), nodes.memory[r], in.data(), got.data(), block * sizeof(float),
                                root);
           broadcast_rounds[r][static_cast<size_t>(call)] = nodes.memory[r].pieces_done - before_broadcast;
           in.assign(block, -1.f);  // the caller may change its buffer as soon as the call returns
