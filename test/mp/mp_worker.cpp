@@ -1395,6 +1395,61 @@ void print_limits(Communicator& comm) {
 
 }  // namespace
 
+namespace {
+
+// The scenarios that run on a communicator made from the environment: name, what runs (with the arguments after the
+// name). The others (store-requests, stall, providers) make none or their own (main).
+struct Scenario {
+  const char* name;
+  void (*run)(Communicator& comm, int argc, char** argv);
+};
+
+const Scenario kScenarios[] = {
+    {"allreduce", [](Communicator& c, int argc, char** argv) {
+       run_allreduce(c, argc > 2 && std::string(argv[2]) == "--large");
+     }},
+    {"collectives", [](Communicator& c, int, char**) { run_collectives(c); }},
+    {"errors", [](Communicator& c, int, char**) { run_errors(c); }},
+    {"mismatch", [](Communicator& c, int, char**) { run_mismatch(c); }},
+    {"die", [](Communicator& c, int, char**) { run_die(c); }},
+    {"die-remap", [](Communicator& c, int, char**) { run_die_remap(c); }},
+    {"mr-pages", [](Communicator& c, int, char**) { run_mr_pages(c); }},
+    {"addresses", [](Communicator& c, int, char**) { run_addresses(c); }},
+    {"subgroups", [](Communicator& c, int, char**) { run_subgroups(c); }},
+    {"die-after-create", [](Communicator& c, int, char**) { run_die_after_create(c); }},
+    {"die-timed", [](Communicator& c, int, char**) { run_die_timed(c); }},
+    {"hang", [](Communicator& c, int, char**) { run_hang(c); }},
+    {"failure-callback", [](Communicator& c, int, char**) { run_failure_callback(c); }},
+    {"mixed-paths", [](Communicator& c, int, char**) { run_mixed_paths(c); }},
+    {"check-mismatch", [](Communicator& c, int, char**) { run_check_mismatch(c); }},
+    {"elastic", [](Communicator& c, int, char**) { run_elastic(c); }},
+    {"wake", [](Communicator& c, int, char**) { run_wake(c); }},
+    {"late-wait", [](Communicator& c, int, char**) { run_late_wait(c); }},
+    {"wake-node", [](Communicator& c, int, char**) { run_wake_node(c); }},
+    {"soak", [](Communicator& c, int, char**) { run_soak(c); }},
+    {"bucketer", [](Communicator& c, int, char**) { run_bucketer(c); }},
+    {"layout", [](Communicator& c, int, char**) { run_layout(c); }},
+    {"choices", [](Communicator& c, int, char**) { run_choices(c); }},
+    {"rails", [](Communicator& c, int argc, char** argv) { run_rails(c, argc > 2 ? std::atoi(argv[2]) : 1); }},
+    {"turn-returns", [](Communicator& c, int, char**) { run_turn_returns(c); }},
+    {"hello", [](Communicator& c, int, char**) {
+       std::printf("rank %d of %d\n", c.rank(), c.size());
+       print_tuning(c);
+     }},
+    {"limits", [](Communicator& c, int, char**) { print_limits(c); }},
+    {"scale", [](Communicator& c, int, char**) { run_scale(c); }},
+    {"nic", [](Communicator& c, int, char**) { std::printf("rank %d NIC %s\n", c.rank(), c.fabric_nic().c_str()); }},
+};
+
+const Scenario* scenario_named(const std::string& name) {
+  for (const Scenario& s : kScenarios) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string scenario = argc > 1 ? argv[1] : "allreduce";
   int rank = -1;  // for the error line: known once the communicator is made
@@ -1407,45 +1462,15 @@ int main(int argc, char** argv) {
       std::printf("%s\n", line.c_str());
       return 0;
     }
-    std::optional<Communicator> holder(Communicator::from_env());
-    Communicator& comm = *holder;
-    rank = comm.rank();
-    if (scenario == "allreduce") run_allreduce(comm, argc > 2 && std::string(argv[2]) == "--large");
-    else if (scenario == "collectives") run_collectives(comm);
-    else if (scenario == "errors") run_errors(comm);
-    else if (scenario == "mismatch") run_mismatch(comm);
-    else if (scenario == "die") run_die(comm);
-    else if (scenario == "die-remap") run_die_remap(comm);
-    else if (scenario == "mr-pages") run_mr_pages(comm);
-    else if (scenario == "addresses") run_addresses(comm);
-    else if (scenario == "subgroups") run_subgroups(comm);
-    else if (scenario == "die-after-create") run_die_after_create(comm);
-    else if (scenario == "die-timed") run_die_timed(comm);
-    else if (scenario == "hang") run_hang(comm);
-    else if (scenario == "failure-callback") run_failure_callback(comm);
-    else if (scenario == "mixed-paths") run_mixed_paths(comm);
-    else if (scenario == "check-mismatch") run_check_mismatch(comm);
-    else if (scenario == "elastic") run_elastic(comm);
-    else if (scenario == "wake") run_wake(comm);
-    else if (scenario == "late-wait") run_late_wait(comm);
-    else if (scenario == "wake-node") run_wake_node(comm);
-    else if (scenario == "soak") run_soak(comm);
-    else if (scenario == "bucketer") run_bucketer(comm);
-    else if (scenario == "layout") run_layout(comm);
-    else if (scenario == "choices") run_choices(comm);
-    else if (scenario == "rails") run_rails(comm, argc > 2 ? std::atoi(argv[2]) : 1);
-    else if (scenario == "turn-returns") run_turn_returns(comm);
-    else if (scenario == "hello") {
-      std::printf("rank %d of %d\n", comm.rank(), comm.size());
-      print_tuning(comm);
-    }
-    else if (scenario == "limits") print_limits(comm);
-    else if (scenario == "scale") run_scale(comm);
-    else if (scenario == "nic") std::printf("rank %d NIC %s\n", comm.rank(), comm.fabric_nic().c_str());
-    else {
+    const Scenario* chosen = scenario_named(scenario);
+    if (chosen == nullptr) {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
       return 2;
     }
+    std::optional<Communicator> holder(Communicator::from_env());
+    Communicator& comm = *holder;
+    rank = comm.rank();
+    chosen->run(comm, argc, argv);
     // How long the communicator takes to go (a survivor's, after a peer's death, is bounded: mp_tests.cpp).
     const int64_t destroy_start = steady_ns();
     holder.reset();
