@@ -27,6 +27,7 @@
 #include "hiercoll/communicator.hpp"
 #include "hiercoll/topology.hpp"
 #include "record/flight_recorder.hpp"
+#include "store/gather.hpp"
 #include "transport/deferred_endpoint.hpp"
 #include "transport/shm/node_arena.hpp"
 #include "transport/transport.hpp"
@@ -151,14 +152,9 @@ class CommunicatorImpl {
   /// interface such as docker0 chosen on both), which no rank could reach the other through.
   std::vector<std::vector<uint8_t>> exchange_addresses(Store& store, transport::Endpoint& endpoint);
   void setup_hierarchy(Store& store, const std::string& instance);
-  /// Every rank's `mine`, in rank order, in O(N) requests to the store's server and two waits per rank (see the
-  /// definition). Keys "<name>/<rank>", "<name>/all" and, while rank 0 waits for a late rank, "<name>/waiting".
-  std::vector<Store::Bytes> gather_through_store(Store& store, const std::string& name, const Store::Bytes& mine);
-  /// `key`'s value, read with Store::get_within in slices (kFirstSlice doubling to kLongestSlice) until `deadline`,
-  /// giving up between slices when the peer watch has reported a lost rank (fail_if_halted); `on_slow` runs once,
-  /// when a first slice found nothing. The TimeoutError says what `missing()` returns, then how long it waited.
-  Store::Bytes get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
-                           const std::function<std::string()>& missing, const std::function<void()>& on_slow = {});
+  /// How start-up waits on the store (store/gather.hpp): within the communicator's timeout, ended early when the
+  /// peer watch has reported a lost rank (fail_if_halted), in slices where there is a watch to report one.
+  store::StartupWait startup_wait(Store& store);
   /// Throws the failure the peer watch reported, if any; a rank that gave up most likely timed out waiting for
   /// the same `keys` as this one, and then the failure is that timeout, naming `missing()`.
   void fail_if_halted(Store& store, const std::vector<std::string>& keys, const std::function<std::string()>& missing);

@@ -15,6 +15,7 @@
 #include "base/text.hpp"
 #include "engine/communicator_impl.hpp"
 #include "engine/schedules.hpp"
+#include "store/gather.hpp"
 #include "hiercoll/errors.hpp"
 #include "launch/environment.hpp"
 #include "reduce/reduce.hpp"
@@ -235,8 +236,8 @@ void CommunicatorImpl::join_watch(Store& store, const std::string& node_id) {
   }
   if (rank_ == 0) store.set("node/0", node_id);
   if (watched && rank_ != 0) {
-    const Store::Bytes node0 = get_waiting(store, "node/0", algo::Clock::now() + options_.timeout,
-                                           [&] { return std::string("rank 0 never arrived"); });
+    const Store::Bytes node0 =
+        store::get_waiting(store, "node/0", startup_wait(store), [] { return std::string("rank 0 never arrived"); });
     if (store.check({"watch"})) {
       const bool same_host = std::string(node0.begin(), node0.end()) == node_id;
       watch_ = PeerWatch::spoke(watch, store.get_string("watch"), same_host, report);
@@ -255,7 +256,7 @@ void CommunicatorImpl::gather_nodes(Store& store, const std::string& node_id) {
   record += '\0';
   record += topo::cpu_share();
   std::vector<std::string> node_ids, shares;
-  for (const auto& bytes : gather_through_store(store, "node", Store::Bytes(record.begin(), record.end()))) {
+  for (const auto& bytes : store::allgather(store, "node", rank_, size_, Store::Bytes(record.begin(), record.end()), startup_wait(store))) {
     const std::string text(bytes.begin(), bytes.end());
     const size_t end = text.find('\0');
     node_ids.push_back(text.substr(0, end));
@@ -328,7 +329,7 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
 }
 
 std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store, transport::Endpoint& endpoint) {
-  const std::vector<Store::Bytes> records = gather_through_store(store, "addr", with_network(endpoint.address()));
+  const std::vector<Store::Bytes> records = store::allgather(store, "addr", rank_, size_, with_network(endpoint.address()), startup_wait(store));
   std::vector<std::vector<uint8_t>> addresses;
   std::map<std::string, std::pair<int, std::string>> first_at;  // host address -> first rank publishing it, its network
   for (int r = 0; r < size_; ++r) {
@@ -349,6 +350,20 @@ std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& st
     addresses.push_back(std::move(address));
   }
   return addresses;
+}
+
+store::StartupWait CommunicatorImpl::startup_wait(Store& store) {
+  store::StartupWait wait;
+  wait.deadline = algo::Clock::now() + options_.timeout;
+  // Slices only so that a death the peer watch reports ends the wait between them; without the watch nothing can
+  // end it early: one read, held by the server, for all of the time left.
+  wait.first_slice = watch_ ? std::chrono::milliseconds(50) : options_.timeout;
+  wait.stop = [this, &store](const std::vector<std::string>& keys, const std::function<std::string()>& missing) {
+    fail_if_halted(store, keys, missing);
+  };
+  wait.timeout_context =
+      "within " + std::to_string(options_.timeout.count()) + " ms (communicator '" + options_.name + "')";
+  return wait;
 }
 
 void CommunicatorImpl::fail_if_halted(Store& store, const std::vector<std::string>& keys,
@@ -378,89 +393,11 @@ void CommunicatorImpl::fail_if_halted(Store& store, const std::vector<std::strin
   base::throw_failure(failure);
 }
 
-Store::Bytes CommunicatorImpl::get_waiting(Store& store, const std::string& key, algo::Clock::time_point deadline,
-                                           const std::function<std::string()>& missing,
-                                           const std::function<void()>& on_slow) {
-  // Slices only so that a death the peer watch reports ends the wait between them; without the watch nothing can
-  // end it early: one read, held by the server, for all of the time left.
-  constexpr std::chrono::milliseconds kFirstSlice{50}, kLongestSlice{1000};
-  auto slice = watch_ ? kFirstSlice : options_.timeout;
-  for (int attempt = 0;; ++attempt) {
-    fail_if_halted(store, {key}, missing);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - algo::Clock::now());
-    if (left.count() <= 0) break;
-    if (attempt == 1 && on_slow) on_slow();
-    try {
-      return store.get_within(key, std::min(slice, left));
-    } catch (const TimeoutError&) {
-    }
-    slice = std::min(slice * 2, kLongestSlice);
-  }
-  fail_if_halted(store, {key}, missing);
-  throw TimeoutError("Communicator::create: " + missing() + " within " + std::to_string(options_.timeout.count()) +
-                     " ms (communicator '" + options_.name + "')");
-}
-
 // Start-up's exchange, at O(N) requests to the store's server (one process's thread, rank 0's with hiercoll's own
 // store): every other rank publishes its record, rank 0 reads them in rank order, each read held by the server
 // until the record is there (no polling), and publishes them as one value, which every other rank reads once. Each
 // rank makes two requests and rank 0 2N; the N records travel twice. Reading all N keys on every rank instead made
 // N^2 requests, and their polls more, to one thread: over 2 million before the first collective at 1,024 ranks.
-std::vector<Store::Bytes> CommunicatorImpl::gather_through_store(Store& store, const std::string& name,
-                                                                 const Store::Bytes& mine) {
-  const auto deadline = algo::Clock::now() + options_.timeout;
-  const std::string n_text = std::to_string(size_);
-  // Who has not published: from `first` on (the ranks before it are known to have), one check each. Only a
-  // failing start-up asks.
-  auto missing_from = [&](int first) {
-    std::string list;
-    for (int r = std::max(first, 1); r < size_; ++r) {
-      if (!store.check({name + "/" + std::to_string(r)})) base::append_listed(list, std::to_string(r));
-    }
-    return list.empty() ? "rank 0 had every rank's " + name + " record but did not publish them (stuck or dead)"
-                        : "rank(s) " + list + " of " + n_text + " never arrived";
-  };
-  std::vector<Store::Bytes> all(static_cast<size_t>(size_));
-  if (rank_ == 0) {
-    all[0] = mine;
-    for (int r = 1; r < size_; ++r) {
-      // Late ranks are common under load; the others, waiting on rank 0, read where it stands from "waiting".
-      all[static_cast<size_t>(r)] = get_waiting(store, name + "/" + std::to_string(r), deadline,
-                                                [&] { return missing_from(r); },
-                                                [&] { store.set(name + "/waiting", std::to_string(r)); });
-    }
-    Store::Bytes blob;
-    for (const auto& record : all) {
-      const auto length = static_cast<uint32_t>(record.size());
-      blob.insert(blob.end(), reinterpret_cast<const uint8_t*>(&length), reinterpret_cast<const uint8_t*>(&length) + 4);
-      blob.insert(blob.end(), record.begin(), record.end());
-    }
-    store.set(name + "/all", blob);
-    return all;
-  }
-  store.set(name + "/" + std::to_string(rank_), mine);
-  const Store::Bytes blob = get_waiting(store, name + "/all", deadline, [&] {
-    int first = 1;
-    try {
-      if (store.check({name + "/waiting"})) first = std::stoi(store.get_string(name + "/waiting"));
-    } catch (const std::exception&) {
-    }
-    return missing_from(first);
-  });
-  size_t at = 0;
-  for (int r = 0; r < size_; ++r) {
-    uint32_t length = 0;
-    if (blob.size() - at < 4) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
-    std::memcpy(&length, blob.data() + at, 4);
-    at += 4;
-    if (blob.size() - at < length) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
-    all[static_cast<size_t>(r)].assign(blob.begin() + static_cast<std::ptrdiff_t>(at),
-                                       blob.begin() + static_cast<std::ptrdiff_t>(at + length));
-    at += length;
-  }
-  return all;
-}
-
 void CommunicatorImpl::fit_chunks_to_provider() {
   // Over RxM a message above the eager size waits for a handshake whose control messages share one TCP connection
   // with the bulk data flowing the other way, so a pair exchanging both ways (a 2-node ring, the rails of the
@@ -512,7 +449,7 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     } else {
       const std::string maker = "rank " + std::to_string(layout_.rank_at(layout_.node, 0)) + " (local rank 0 of node " +
                                 std::to_string(layout_.node) + ", which makes the node's shared memory)";
-      const Store::Bytes name = get_waiting(store, key, algo::Clock::now() + options_.timeout, [&] {
+      const Store::Bytes name = store::get_waiting(store, key, startup_wait(store), [&] {
         return maker + " did not publish it: dead, or stuck in start-up";
       });
       try {
