@@ -159,7 +159,8 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   std::optional<base::Failure> failure;
   try {
     // Named only if it fails (below).
-    schedule.on_caller(*this, algo::OpContext{{now + timeout(), &aborted_, std::string()}, size_}, call, c.in, c.out);
+    const algo::OpContext context{{now + timeout(), &halted_.aborted(), std::string()}, size_};
+    schedule.on_caller(*this, context, call, c.in, c.out);
   } catch (const Error& e) {
     failure = base::Failure::of(e);
   } catch (const std::exception& e) {

@@ -27,7 +27,7 @@ CommunicatorImpl::~CommunicatorImpl() {
   // communicator's store, and the peers' openings wait for this rank's address.
   if (deferred_) deferred_->join();
   // Where acknowledgements need this rank's calls, its peers' last sends to it complete before it goes.
-  if (!aborted_) endpoint_->quiesce(kQuiesceLimit);
+  if (!halted_.halted()) endpoint_->quiesce(kQuiesceLimit);
   if (watch_) watch_->leave(/*aborted=*/false);
 }
 
@@ -86,7 +86,7 @@ std::shared_ptr<gpu::DevicePath> CommunicatorImpl::device_path(int device, const
 Work CommunicatorImpl::enqueue_device_alone(const record::CollectiveName& name, int device, gpu::StreamHandle stream,
                                             void* out, const void* in, size_t bytes) {
   const char* what = algo::to_string(name.kind);
-  if (aborted_) throw_stopped(what);
+  if (halted_.halted()) halted_.throw_stopped(what);
   gpu::EventHandle end = nullptr;
   std::shared_ptr<gpu::DevicePath> path;
   {
@@ -109,7 +109,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   std::lock_guard<std::mutex> lock(device_mutex_);
   std::shared_ptr<gpu::DevicePath> path = device_path(device, what.c_str());
   path->follow_caller(stream, what);
-  const algo::OpContext issue{{algo::Clock::now() + timeout(), &aborted_, what}, size()};
+  const algo::OpContext issue{{algo::Clock::now() + timeout(), &halted_.aborted(), what}, size()};
   const uint64_t ticket = device_tickets_ + 1;
   algo::NetworkStage::Job host_half;
   gpu::EventHandle end = nullptr;
@@ -129,7 +129,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
     try {
       if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
       if (host_half) host_half(channel);
-      path->wait_done(ticket, {channel.deadline(), &aborted_, channel.what()});
+      path->wait_done(ticket, {channel.deadline(), &halted_.aborted(), channel.what()});
     } catch (...) {
       path->abort();  // nothing may spin on for an operation that is over
       throw;

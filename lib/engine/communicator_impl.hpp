@@ -22,6 +22,7 @@
 #include "base/settings.hpp"
 #include "device/host_queue.hpp"
 #include "engine/collective.hpp"
+#include "engine/halt.hpp"
 #include "engine/work_state.hpp"
 #include "gpu/device_path.hpp"
 #include "hiercoll/communicator.hpp"
@@ -80,7 +81,7 @@ class CommunicatorImpl {
   Work enqueue_p2p(std::string what, int peer, std::function<transport::RequestPtr(transport::Endpoint&)> post);
 
   void abort();
-  void on_failure(Communicator::FailureCallback callback);
+  void on_failure(Communicator::FailureCallback callback) { halted_.on_failure(std::move(callback)); }
   /// Applies to operations the progress thread starts from now on.
   void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
@@ -174,7 +175,8 @@ class CommunicatorImpl {
   /// Finishes `op`'s Work after run_op, unless it completes later (point-to-point, finished by poll_p2p).
   static void finish_op(Op& op, std::optional<base::Failure> failure);
   /// Operation `what` failed on this rank, whichever thread ran it (run_op, run_here): the failure is explained
-  /// (explain_halt; a collective's also by on_collective_failure), then the communicator breaks on it (break_on).
+  /// (HaltState::explain; a collective's also by on_collective_failure), then the communicator breaks on it
+  /// (break_on).
   void fail(base::Failure& failure, const std::string& what, bool collective);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
   void on_collective_failure(base::Failure& failure);
@@ -213,9 +215,6 @@ class CommunicatorImpl {
   /// alive and failed for a reason of its own.
   void halt(const std::string& reason, std::optional<base::Failure::Lost> lost = std::nullopt,
             bool peer_gave_up = false);
-  /// A failure that came from a halt (a wait gave up) says why the communicator halted; one the data path saw
-  /// (a fabric error) waits a moment for the peer watch to name a dead rank behind it.
-  void explain_halt(base::Failure& failure, const std::string& what);
 
   int rank_, size_;
   CommOptions options_;
@@ -262,30 +261,14 @@ class CommunicatorImpl {
   // both under mutex_); kTurnClosed: stopping or broken, for good; kTurnCaller: a caller runs an operation.
   static constexpr uint32_t kTurnCaller = 1, kTurnBusy = 2, kTurnClosed = 4;
   std::atomic<uint32_t> turn_{kTurnBusy};
-  std::atomic<bool> aborted_{false};  // halted: every wait of every operation gives up (see halt())
   // The progress thread sleeps in the endpoint for point-to-point work (set under mutex_): push() wakes it. The
   // slice bounds how late a point-to-point timeout is reported.
   std::atomic<bool> asleep_in_endpoint_{false};
   static constexpr std::chrono::milliseconds kP2pSleep{50};
-  std::mutex halt_mutex_;
-  std::optional<base::Failure> halt_;  // under halt_mutex_: why it halted, and the peer whose loss halted it
-  bool halt_peer_gave_up_ = false;     // under halt_mutex_: halt_ came from a peer that aborted, not one that died
-  std::condition_variable halt_cv_;     // halt_ set
+  // Why it halted and who was told (abort(), a peer's loss, the on_failure callback): halt.hpp. Before watch_,
+  // whose thread reports into it, so that it outlives the watch.
+  HaltState halted_;
   std::unique_ptr<PeerWatch> watch_;  // made in bootstrap(); reports into halt()
-  // on_failure(): the callback, and the first failure it was (or will be) told, both under failure_mutex_, which is
-  // held while it runs. abort() sets self_aborted_ first: a halt this process asked for is no failure to report.
-  std::mutex failure_mutex_;
-  Communicator::FailureCallback on_failure_;
-  std::optional<std::pair<ErrorCode, std::string>> failure_told_;
-  std::atomic<bool> self_aborted_{false};
-  std::atomic<bool> halt_by_abort_{false};  // set with halt_: it came from this process's abort(), not a peer
-  /// Tells on_failure_'s callback, the first time only.
-  void report_failure(ErrorCode code, const std::string& reason);
-  /// The failure `what` meets on a communicator this process aborted after it broke: the first failure, named, as a
-  /// timeout if it was one, else a remote error; nullopt if nothing broke it before the abort.
-  std::optional<base::Failure> failure_before_abort(const std::string& what);
-  /// An operation issued after abort() or destruction: failure_before_abort()'s error, else InvalidUsageError.
-  [[noreturn]] void throw_stopped(const std::string& what);
   // options_.timeout until set_timeout(): read by the progress thread for each operation it starts.
   std::atomic<int64_t> timeout_ms_;
   // The first fatal error; later operations fail with it (whoever runs operations: see above).

@@ -19,7 +19,7 @@ Work CommunicatorImpl::push(Op op, std::shared_ptr<StreamOrder> stream_order) {
   Work work(op.state);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) throw_stopped(op.what);
+    if (stopping_) halted_.throw_stopped(op.what);
     if (op.collective) op.flight_seq = flight_.queued(op.what);  // under mutex_: numbered in queue order
     queue_.push_back(std::move(op));
     turn_.fetch_or(kTurnBusy, std::memory_order_relaxed);  // no caller's turn begins until the queue is empty
@@ -35,7 +35,7 @@ algo::Channel CommunicatorImpl::next_channel(const std::string& what) {
   name.reserve(what.size() + rank.size() + 8);  // one allocation
   name.append(what).append(" (rank ").append(rank).append(")");
   return algo::Channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, algo::Clock::now() + timeout(),
-                       std::move(name), algo_config_, scratch_, aborted_);
+                       std::move(name), algo_config_, scratch_, halted_.aborted());
 }
 
 Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
@@ -70,9 +70,9 @@ Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
 
 std::optional<base::Failure> CommunicatorImpl::run_op(Op& op) {
   std::optional<base::Failure> failure;
-  if (aborted_) {
+  if (halted_.halted()) {
     failure = base::Failure{ErrorCode::kRemoteError, {}};
-    explain_halt(*failure, op.what);
+    halted_.explain(*failure, op.what, watch_ != nullptr);
   } else if (broken_) {
     failure =
         base::Failure{ErrorCode::kRemoteError,
@@ -151,8 +151,8 @@ void CommunicatorImpl::progress_loop() {
         // Woken by push() (which set kTurnBusy) or stop_progress() (kTurnClosed): no caller's turn begins now.
       }
       if (queue_.empty()) {
-        if (stopping_ && (p2p_.empty() || aborted_)) break;
-        const bool halted = aborted_;
+        if (stopping_ && (p2p_.empty() || halted_.halted())) break;
+        const bool halted = halted_.halted();
         // Only point-to-point work is pending: sleep in the endpoint until it completes. Set under mutex_, with the
         // queue seen empty, so that a push() after the unlock sees it and wakes the endpoint.
         if (!halted) asleep_in_endpoint_.store(true, std::memory_order_relaxed);
@@ -185,7 +185,7 @@ void CommunicatorImpl::progress_loop() {
     finish_op(op, std::move(failure));
     if (!gave_turn) poll_p2p();
   }
-  if (aborted_) fail_pending_p2p();
+  if (halted_.halted()) fail_pending_p2p();
 }
 
 void CommunicatorImpl::stop_progress() {
@@ -202,7 +202,7 @@ void CommunicatorImpl::stop_progress() {
 bool CommunicatorImpl::take_caller_turn() {
   // Anything but an idle progress thread with nothing queued, and the communicator open: the progress thread runs
   // the operation, after what is ahead of it, or fails it as it should.
-  if (aborted_.load(std::memory_order_relaxed)) return false;
+  if (halted_.aborted().load(std::memory_order_relaxed)) return false;
   uint32_t idle = 0;
   return turn_.compare_exchange_strong(idle, kTurnCaller, std::memory_order_acquire, std::memory_order_relaxed);
 }

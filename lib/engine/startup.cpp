@@ -368,22 +368,21 @@ store::StartupWait CommunicatorImpl::startup_wait(Store& store) {
 
 void CommunicatorImpl::fail_if_halted(Store& store, const std::vector<std::string>& keys,
                                       const std::function<std::string()>& missing) {
-  if (!aborted_) return;
+  if (!halted_.halted()) return;
   base::Failure failure{ErrorCode::kRemoteError, {}};
-  explain_halt(failure, "Communicator::create");
+  halted_.explain(failure, "Communicator::create", watch_ != nullptr);
   // A rank that gave up (alive, it aborted) most likely timed out on a rank that never arrived, which this rank
   // is still waiting for too: then that is the failure here as well, a timeout naming the missing, whichever
   // rank's clock ran out first (start-up under load staggers them by seconds). A rank that died is the failure.
   try {
     if (!store.check(keys)) {
       const std::string absent = missing();
-      std::lock_guard<std::mutex> lock(halt_mutex_);
-      if (halt_peer_gave_up_) {
+      if (halted_.peer_gave_up()) {
         failure.code = ErrorCode::kTimeout;
         failure.lost.reset();
         failure.message = "Communicator::create: " + absent + " (communicator '" + options_.name + "'); " +
-                          halt_->message + ", before this rank's own " + std::to_string(options_.timeout.count()) +
-                          " ms ran out";
+                          halted_.reason().message + ", before this rank's own " +
+                          std::to_string(options_.timeout.count()) + " ms ran out";
       } else {
         failure.message += "; still waiting here: " + absent;
       }
