@@ -314,8 +314,8 @@ std::string missing_arrivals(std::vector<hiercoll::Work>& arrivals, const Barrie
       continue;
     }
     missing.push_back(peer);
-    detail += "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + deadline.ms +
-              failure_of(arrivals[i]);
+    detail +=
+        "\n hiercoll: rank " + std::to_string(peer) + " did not arrive within " + deadline.ms + failure_of(arrivals[i]);
   }
   if (missing.empty()) return std::string();
   std::string text = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + rank_list(missing) +

@@ -86,7 +86,8 @@ void define_probes(py::module_& m) {
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < calls; ++i) {
           // What a recorded all_reduce asks of torch's recorder, and nothing else: its entry, then its retirement.
-          hiercoll_torch::GroupRecord::retire(record->record(*ours, c10d::OpType::ALLREDUCE, 0, false, tensors, tensors), 0.0f);
+          hiercoll_torch::GroupRecord::retire(
+              record->record(*ours, c10d::OpType::ALLREDUCE, 0, false, tensors, tensors), 0.0f);
         }
         return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
       },

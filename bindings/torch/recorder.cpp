@@ -104,9 +104,9 @@ GroupRecord::Entry GroupRecord::record(const c10d::Backend& group, c10d::OpType 
       fr->setRank(static_cast<int>(ranks[static_cast<size_t>(group_rank_)]));
   });
   const uint64_t op_id = op_id_.fetch_add(1, std::memory_order_relaxed) + 1;
-  const auto where = fr->recordWithResetEnabled(pg_id_, name_, p2p ? 0 : sequence, p2p ? sequence : 0, op_id,
-                                                profiling_name(op), inputs, outputs, nullptr, nullptr,
-                                                timeout_, status_, p2p);
+  const auto where =
+      fr->recordWithResetEnabled(pg_id_, name_, p2p ? 0 : sequence, p2p ? sequence : 0, op_id, profiling_name(op),
+                                 inputs, outputs, nullptr, nullptr, timeout_, status_, p2p);
   return {where.id, where.reset_epoch};
 }
 
@@ -132,8 +132,8 @@ void GroupRecord::dump() {
 GroupRecord::GroupRecord(int group_rank, std::vector<uint64_t> global_ranks, std::chrono::milliseconds timeout)
     : group_rank_(group_rank), global_ranks_(std::move(global_ranks)), timeout_(timeout), pg_id_(0) {}
 GroupRecord::~GroupRecord() = default;
-GroupRecord::Entry GroupRecord::record(const c10d::Backend&, c10d::OpType, uint64_t, bool, const std::vector<at::Tensor>&,
-                                       const std::vector<at::Tensor>&) {
+GroupRecord::Entry GroupRecord::record(const c10d::Backend&, c10d::OpType, uint64_t, bool,
+                                       const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {
   return {};
 }
 void GroupRecord::retire(const Entry&, std::optional<float>) {}

@@ -3,8 +3,8 @@
 //  - flat ones, written against Channel, on host memory (device buffers reach them as staged host copies:
 //    gpu/device_path.hpp); each blocks the calling (progress) thread until done;
 //  - node ones (allreduce_hier and its variants, the *_node collectives), written against NodeMemory, on the memory
-//    its queue works on, host or device: they issue the queue's work, bounded by an OpContext's deadline and abort flag,
-//    and hand any network phase to a NetworkStage.
+//    its queue works on, host or device: they issue the queue's work, bounded by an OpContext's deadline and abort
+//    flag, and hand any network phase to a NetworkStage.
 #include <cstddef>
 #include <cstring>
 

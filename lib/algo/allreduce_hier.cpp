@@ -149,7 +149,7 @@ class PipelinedRun {
         L_(peers_.local_size()),
         l_(peers_.local_rank()),
         piece_(std::max<size_t>(1, peers_.area_bytes() / elem_)),
-        align_(std::max<size_t>(1, 64 / elem_)),  // shards start on cache lines: vector loads stay aligned
+        align_(std::max<size_t>(1, 64 / elem_)),         // shards start on cache lines: vector loads stay aligned
         signature_(node_signature(0, count, type, op)),  // compared at every reduce-scatter wait
         staged_(m.network_staging[0] != nullptr),        // device data: the network works on a host copy
         network_(h.rail.size() > 1),
@@ -259,8 +259,7 @@ class PipelinedRun {
     const size_t at = p.shards.offset[l_] * elem_;
     if (network_ && staged_) queue_.copy(p.mine, m_.network_staging[p.round.slot], p.mine_count * elem_);
     if (!direct_) queue_.publish(round_area(peers_, p.round, l_) + at, p.mine, p.mine_count * elem_);
-    node_gather_round(m_, p.round, kFlagPublished, 0, published_wait_, p.shards, output_ + p.offset * elem_, 0,
-                      type_);
+    node_gather_round(m_, p.round, kFlagPublished, 0, published_wait_, p.shards, output_ + p.offset * elem_, 0, type_);
     // The rank's own shard last, as the node allgather does with a large block: the others' are read first, while
     // they may still be in their reducers' caches.
     if (direct_ && !both_) queue_.copy(output_ + p.offset * elem_ + at, p.mine, p.mine_count * elem_);

@@ -89,7 +89,7 @@ constexpr HierVariant hier_variant(size_t nodes, int local_size, bool staged, si
   if (local_size <= 1) return HierVariant::kNetworkOnly;
   if (nodes <= 1) return bytes <= std::min(kOneShotBytes, area_bytes) ? HierVariant::kOneShot : HierVariant::kPipelined;
   return !staged && bytes > 0 && bytes <= std::min(kLeaderBytes, area_bytes) ? HierVariant::kLeader
-                                                                              : HierVariant::kPipelined;
+                                                                             : HierVariant::kPipelined;
 }
 inline HierVariant hier_variant(const Hierarchy& h, const NodeMemory& m, size_t bytes) {
   if (m.peers == nullptr) return HierVariant::kNetworkOnly;

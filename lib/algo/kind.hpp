@@ -10,7 +10,16 @@
 namespace hiercoll::algo {
 
 /// 0 is no kind (a zeroed descriptor in the mismatch check); kEnd counts them.
-enum class Kind : uint32_t { kAllreduce = 1, kReduceScatter, kAllgather, kBroadcast, kReduce, kAlltoall, kBarrier, kEnd };
+enum class Kind : uint32_t {
+  kAllreduce = 1,
+  kReduceScatter,
+  kAllgather,
+  kBroadcast,
+  kReduce,
+  kAlltoall,
+  kBarrier,
+  kEnd
+};
 
 /// Tables indexed by a Kind's value (entry 0 unused) have this many entries.
 inline constexpr size_t kKindSlots = static_cast<size_t>(Kind::kEnd);
@@ -37,16 +46,19 @@ struct KindRow {
   InPlace in_place;
 };
 
+// Columns: kind, name, reduces, rooted, input extent, output extent, only the root reads, only the root writes,
+// in-place placement.
 // clang-format off
 inline constexpr KindRow kKindRows[] = {
-    // kind                 name              reduces rooted  in              out             root reads  root writes  in place
-    {Kind::kAllreduce,     "allreduce",      true,   false,  Extent::kCount, Extent::kCount, false,      false,       InPlace::kSame},
-    {Kind::kReduceScatter, "reduce_scatter", true,   false,  Extent::kRanks, Extent::kCount, false,      false,       InPlace::kOutputInside},
-    {Kind::kAllgather,     "allgather",      false,  false,  Extent::kCount, Extent::kRanks, false,      false,       InPlace::kInputInside},
-    {Kind::kBroadcast,     "broadcast",      false,  true,   Extent::kCount, Extent::kCount, true,       false,       InPlace::kSame},
-    {Kind::kReduce,        "reduce",         true,   true,   Extent::kCount, Extent::kCount, false,      true,        InPlace::kSame},
-    {Kind::kAlltoall,      "alltoall",       false,  false,  Extent::kRanks, Extent::kRanks, false,      false,       InPlace::kSame},
-    {Kind::kBarrier,       "barrier",        false,  false,  Extent::kNone,  Extent::kNone,  false,      false,       InPlace::kNone},
+  {Kind::kAllreduce,     "allreduce",      true,  false, Extent::kCount, Extent::kCount, false, false, InPlace::kSame},
+  {Kind::kReduceScatter, "reduce_scatter", true,  false, Extent::kRanks, Extent::kCount, false, false,
+   InPlace::kOutputInside},
+  {Kind::kAllgather,     "allgather",      false, false, Extent::kCount, Extent::kRanks, false, false,
+   InPlace::kInputInside},
+  {Kind::kBroadcast,     "broadcast",      false, true,  Extent::kCount, Extent::kCount, true,  false, InPlace::kSame},
+  {Kind::kReduce,        "reduce",         true,  true,  Extent::kCount, Extent::kCount, false, true,  InPlace::kSame},
+  {Kind::kAlltoall,      "alltoall",       false, false, Extent::kRanks, Extent::kRanks, false, false, InPlace::kSame},
+  {Kind::kBarrier,       "barrier",        false, false, Extent::kNone,  Extent::kNone,  false, false, InPlace::kNone},
 };
 // clang-format on
 
@@ -60,9 +72,7 @@ static_assert(std::size(kKindRows) + 1 == kKindSlots, "one row of kKindRows per 
 static_assert(kind_rows_in_order(), "kKindRows in the order of Kind");
 
 /// Whether `kind` is one of the kinds (a value a caller or a peer's descriptor may have made up is not).
-constexpr bool is_kind(Kind kind) {
-  return static_cast<size_t>(kind) >= 1 && static_cast<size_t>(kind) < kKindSlots;
-}
+constexpr bool is_kind(Kind kind) { return static_cast<size_t>(kind) >= 1 && static_cast<size_t>(kind) < kKindSlots; }
 
 /// The row of `kind`, which must be one (is_kind).
 constexpr const KindRow& row_of(Kind kind) { return kKindRows[static_cast<size_t>(kind) - 1]; }

@@ -101,8 +101,8 @@ size_t round_elements(const transport::PeerMemory& peers, size_t share, size_t e
 
 }  // namespace
 
-void reduce_scatter_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t recv_count, DataType type,
-                         ReduceOp op) {
+void reduce_scatter_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t recv_count,
+                         DataType type, ReduceOp op) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
   const int L = peers.local_size(), me = peers.local_rank();
@@ -150,7 +150,8 @@ void reduce_scatter_node(const OpContext& issue, NodeMemory& m, const void* in, 
   m.pieces_done += rounds;
 }
 
-void allgather_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t send_count, DataType type) {
+void allgather_node(const OpContext& issue, NodeMemory& m, const void* in, void* out, size_t send_count,
+                    DataType type) {
   transport::PeerMemory& peers = *m.peers;
   device::Queue& queue = *m.queue;
   const int L = peers.local_size(), me = peers.local_rank();

@@ -1,8 +1,8 @@
 #include "algo/select.hpp"
 
 #include <cmath>
-#include <iterator>
 #include <iomanip>
+#include <iterator>
 #include <sstream>
 
 #include "algo/hierarchy.hpp"
@@ -357,8 +357,9 @@ std::string Selector::tuning_table() const {
     const Algorithm chosen = choose(bytes);
     out << "  " << to_string(chosen);
     if (chosen == Algorithm::kHierarchical || (chosen == Algorithm::kSharded && hierarchy_ready_)) {
-      out << " (" << to_string(hier_variant(static_cast<size_t>(layout_.node_count), layout_.local_size, false,
-                                            model_.shm_piece_bytes, bytes))
+      out << " ("
+          << to_string(hier_variant(static_cast<size_t>(layout_.node_count), layout_.local_size, false,
+                                    model_.shm_piece_bytes, bytes))
           << ")";
     }
   }

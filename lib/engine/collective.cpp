@@ -148,7 +148,8 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
                                               const Call& call) {
   // Handing the operation to the progress thread and waiting for it costs two thread wake-ups, and the closures,
   // names and completion state that carry it across can cost more than a small allreduce itself
-  // (docs/experiments.md, "The caller's thread"). So, as MPI's blocking calls do, the caller runs it, when it is next in line.
+  // (docs/experiments.md, "The caller's thread"). So, as MPI's blocking calls do, the caller runs it, when it is next
+  // in line.
   if (!settings_.caller_thread || settings_.check_collectives || !take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
   // the collective as data and names it only if it is read: naming every call and precise clock reads showed in
@@ -225,8 +226,8 @@ Work CommunicatorImpl::collective(const Collective& c) {
     if (std::optional<Work> done = run_here(c, algorithm, schedule, call)) return *std::move(done);
   }
   const algo::OpDescriptor descriptor{static_cast<uint32_t>(c.kind), static_cast<uint32_t>(c.type),
-                                      static_cast<uint32_t>(algo::row_of(c.kind).reduces ? c.op : ReduceOp::kSum), c.root,
-                                      c.count};
+                                      static_cast<uint32_t>(algo::row_of(c.kind).reduces ? c.op : ReduceOp::kSum),
+                                      c.root, c.count};
   DeviceIssue device_issue = device >= 0 && schedule.device ? schedule.device(*this, call, c.in, c.out) : nullptr;
   return run(*this, device, describe(c, algorithm, device >= 0), descriptor, buffers, c.options,
              schedule.host(*this, call), std::move(device_issue));

@@ -193,8 +193,8 @@ class CommunicatorImpl {
   algo::Channel next_channel(const std::string& what);
   /// A collective of host buffers up to 1 MB that only node memory carries (a one-node allreduce, the node
   /// reduce-scatter, allgather, broadcast and barrier), on the caller's thread (collective.cpp): if the progress
-  /// thread is idle with nothing queued, runs `schedule.on_caller` now and returns its finished Work; otherwise nullopt,
-  /// and it is enqueued.
+  /// thread is idle with nothing queued, runs `schedule.on_caller` now and returns its finished Work; otherwise
+  /// nullopt, and it is enqueued.
   std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm, const Schedule& schedule,
                                const Call& call);
   /// An operation of the queue's kind on the caller's thread, under the same rule: its finished Work, or nullopt

@@ -47,7 +47,8 @@ bool sharded_flat(CommunicatorImpl& impl) { return !impl.hierarchical_eligible()
 
 // A collective through one node's peer memory, the same call whichever runs it: the progress thread on host
 // buffers (shared memory), the caller's thread on device buffers (CUDA IPC), or the caller's thread on host buffers.
-using NodeOp = void (*)(const algo::OpContext& issue, algo::NodeMemory& memory, const Call& c, const void* in, void* out);
+using NodeOp = void (*)(const algo::OpContext& issue, algo::NodeMemory& memory, const Call& c, const void* in,
+                        void* out);
 
 template <NodeOp op>
 HostBody node_host(CommunicatorImpl& impl, const Call& c) {

@@ -15,10 +15,10 @@
 #include "base/text.hpp"
 #include "engine/communicator_impl.hpp"
 #include "engine/schedules.hpp"
-#include "store/gather.hpp"
 #include "hiercoll/errors.hpp"
 #include "launch/environment.hpp"
 #include "reduce/reduce.hpp"
+#include "store/gather.hpp"
 #include "topo/cpus.hpp"
 #include "topo/net.hpp"
 
@@ -155,8 +155,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 void CommunicatorImpl::log_ready() const {
   HIERCOLL_LOG(kInfo, "communicator '" << instance_ << "' rank " << rank_ << "/" << size_ << " ready: provider "
                                        << (deferred_ ? std::string("(opening after create)") : endpoint_->provider())
-                                       << ", reduce isa "
-                                       << reduce::to_string(reduce::active_isa()) << ", chunk "
+                                       << ", reduce isa " << reduce::to_string(reduce::active_isa()) << ", chunk "
                                        << algo_config_.chunk_bytes << " B x " << algo_config_.slots
                                        << " slots, node piece " << cost_model_.shm_piece_bytes << " B");
   if (rank_ == 0) {
@@ -256,7 +255,8 @@ void CommunicatorImpl::gather_nodes(Store& store, const std::string& node_id) {
   record += '\0';
   record += topo::cpu_share();
   std::vector<std::string> node_ids, shares;
-  for (const auto& bytes : store::allgather(store, "node", rank_, size_, Store::Bytes(record.begin(), record.end()), startup_wait(store))) {
+  for (const auto& bytes :
+       store::allgather(store, "node", rank_, size_, Store::Bytes(record.begin(), record.end()), startup_wait(store))) {
     const std::string text(bytes.begin(), bytes.end());
     const size_t end = text.find('\0');
     node_ids.push_back(text.substr(0, end));
@@ -329,7 +329,8 @@ std::unique_ptr<transport::Endpoint> CommunicatorImpl::open_endpoint(Store& stor
 }
 
 std::vector<std::vector<uint8_t>> CommunicatorImpl::exchange_addresses(Store& store, transport::Endpoint& endpoint) {
-  const std::vector<Store::Bytes> records = store::allgather(store, "addr", rank_, size_, with_network(endpoint.address()), startup_wait(store));
+  const std::vector<Store::Bytes> records =
+      store::allgather(store, "addr", rank_, size_, with_network(endpoint.address()), startup_wait(store));
   std::vector<std::vector<uint8_t>> addresses;
   std::map<std::string, std::pair<int, std::string>> first_at;  // host address -> first rank publishing it, its network
   for (int r = 0; r < size_; ++r) {
@@ -448,9 +449,8 @@ void CommunicatorImpl::setup_hierarchy(Store& store, const std::string& instance
     } else {
       const std::string maker = "rank " + std::to_string(layout_.rank_at(layout_.node, 0)) + " (local rank 0 of node " +
                                 std::to_string(layout_.node) + ", which makes the node's shared memory)";
-      const Store::Bytes name = store::get_waiting(store, key, startup_wait(store), [&] {
-        return maker + " did not publish it: dead, or stuck in start-up";
-      });
+      const Store::Bytes name = store::get_waiting(
+          store, key, startup_wait(store), [&] { return maker + " did not publish it: dead, or stuck in start-up"; });
       try {
         arena_ = transport::NodeArena::attach(std::string(name.begin(), name.end()), layout_.local_rank,
                                               layout_.local_size, buffers, cost_model_.shm_piece_bytes);

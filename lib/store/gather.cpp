@@ -48,7 +48,8 @@ std::vector<Store::Bytes> split(const Store::Bytes& blob, int size, const std::s
     if (blob.size() - at < 4) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
     std::memcpy(&length, blob.data() + at, 4);
     at += 4;
-    if (blob.size() - at < length) throw InternalError("Communicator::create: the gathered " + name + " records are cut");
+    if (blob.size() - at < length)
+      throw InternalError("Communicator::create: the gathered " + name + " records are cut");
     all[static_cast<size_t>(r)].assign(blob.begin() + static_cast<std::ptrdiff_t>(at),
                                        blob.begin() + static_cast<std::ptrdiff_t>(at + length));
     at += length;
@@ -58,8 +59,8 @@ std::vector<Store::Bytes> split(const Store::Bytes& blob, int size, const std::s
 
 }  // namespace
 
-std::vector<Store::Bytes> allgather(Store& store, const std::string& name, int rank, int size,
-                                    const Store::Bytes& mine, const StartupWait& wait) {
+std::vector<Store::Bytes> allgather(Store& store, const std::string& name, int rank, int size, const Store::Bytes& mine,
+                                    const StartupWait& wait) {
   // Who has not published: from `first` on (the ranks before it are known to have), one check each. Only a
   // failing start-up asks.
   auto missing_from = [&](int first) {
@@ -75,9 +76,9 @@ std::vector<Store::Bytes> allgather(Store& store, const std::string& name, int r
     all[0] = mine;
     for (int r = 1; r < size; ++r) {
       // Late ranks are common under load; the others, waiting on rank 0, read where it stands from "waiting".
-      all[static_cast<size_t>(r)] = get_waiting(store, name + "/" + std::to_string(r), wait,
-                                                [&] { return missing_from(r); },
-                                                [&] { store.set(name + "/waiting", std::to_string(r)); });
+      all[static_cast<size_t>(r)] = get_waiting(
+          store, name + "/" + std::to_string(r), wait, [&] { return missing_from(r); },
+          [&] { store.set(name + "/waiting", std::to_string(r)); });
     }
     store.set(name + "/all", joined(all));
     return all;

@@ -34,7 +34,7 @@ Store::Bytes get_waiting(Store& store, const std::string& key, const StartupWait
 /// Every rank's `mine`, in rank order. Every rank but 0 writes "<name>/<rank>" and waits for "<name>/all"; rank 0
 /// reads each rank's in turn (writing "<name>/waiting" while it waits for a late one, so that the others' errors
 /// name where it stands) and writes them all as one blob: O(N) requests to the server and two waits per rank.
-std::vector<Store::Bytes> allgather(Store& store, const std::string& name, int rank, int size,
-                                    const Store::Bytes& mine, const StartupWait& wait);
+std::vector<Store::Bytes> allgather(Store& store, const std::string& name, int rank, int size, const Store::Bytes& mine,
+                                    const StartupWait& wait);
 
 }  // namespace hiercoll::store

@@ -227,7 +227,8 @@ TEST_CASE("a node barrier lets no rank through before every local rank arrived",
         if (k % 5 == 4) {  // another node collective in between
           const float mine = static_cast<float>(ch.rank() + k);
           gathered[r].assign(static_cast<size_t>(local), -1.f);
-          algo::allgather_node(algo::OpContext::of(ch), nodes.memory[r], &mine, gathered[r].data(), 1, DataType::kFloat32);
+          algo::allgather_node(algo::OpContext::of(ch), nodes.memory[r], &mine, gathered[r].data(), 1,
+                               DataType::kFloat32);
           for (int q = 0; q < local; ++q) wrong += gathered[r][static_cast<size_t>(q)] != static_cast<float>(q + k);
         }
       }

@@ -1405,9 +1405,8 @@ struct Scenario {
 };
 
 const Scenario kScenarios[] = {
-    {"allreduce", [](Communicator& c, int argc, char** argv) {
-       run_allreduce(c, argc > 2 && std::string(argv[2]) == "--large");
-     }},
+    {"allreduce",
+     [](Communicator& c, int argc, char** argv) { run_allreduce(c, argc > 2 && std::string(argv[2]) == "--large"); }},
     {"collectives", [](Communicator& c, int, char**) { run_collectives(c); }},
     {"errors", [](Communicator& c, int, char**) { run_errors(c); }},
     {"mismatch", [](Communicator& c, int, char**) { run_mismatch(c); }},
@@ -1432,7 +1431,8 @@ const Scenario kScenarios[] = {
     {"choices", [](Communicator& c, int, char**) { run_choices(c); }},
     {"rails", [](Communicator& c, int argc, char** argv) { run_rails(c, argc > 2 ? std::atoi(argv[2]) : 1); }},
     {"turn-returns", [](Communicator& c, int, char**) { run_turn_returns(c); }},
-    {"hello", [](Communicator& c, int, char**) {
+    {"hello",
+     [](Communicator& c, int, char**) {
        std::printf("rank %d of %d\n", c.rank(), c.size());
        print_tuning(c);
      }},

@@ -1,10 +1,11 @@
 // The kinds' rows (algo/kind.hpp) against the test table (collective_cases.hpp), which states every collective's
 // shape independently, as the serial references do: a kind added to one and not the other, or a shape the two
 // disagree on, fails here before any multi-rank test runs it.
+#include "algo/kind.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "algo/kind.hpp"
 #include "collective_cases.hpp"
 #include "record/describe.hpp"
 
@@ -55,8 +56,7 @@ TEST_CASE("every collective kind with buffers has the test table's row, and they
   CHECK(with_buffers == test::collective_cases().size());  // and the table has no row the library lacks
 }
 
-TEST_CASE("a collective is named from its kind's row: the op where it reduces, the root where it has one",
-          "[kind]") {
+TEST_CASE("a collective is named from its kind's row: the op where it reduces, the root where it has one", "[kind]") {
   auto name = [](algo::Kind kind, int root) {
     std::string out;
     record::describe_into(out, kind, 4, DataType::kInt32, ReduceOp::kMax, root);

@@ -397,7 +397,7 @@ TEST_CASE("the cost model prices the hierarchical allreduce in the form the algo
   CHECK(algo::hier_variant(2, 4, false, area, algo::kLeaderBytes) == HierVariant::kLeader);
   CHECK(algo::hier_variant(2, 4, false, area, algo::kLeaderBytes + 1) == HierVariant::kPipelined);
   CHECK(algo::hier_variant(2, 4, false, area, 0) == HierVariant::kPipelined);
-  CHECK(algo::hier_variant(2, 4, true, area, 1024) == HierVariant::kPipelined);          // device: every rail
+  CHECK(algo::hier_variant(2, 4, true, area, 1024) == HierVariant::kPipelined);         // device: every rail
   CHECK(algo::hier_variant(2, 4, false, 4 << 10, 8 << 10) == HierVariant::kPipelined);  // past one area
   CHECK(algo::hier_variant(2, 4, false, 4 << 10, 4 << 10) == HierVariant::kLeader);
 

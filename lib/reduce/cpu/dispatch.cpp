@@ -116,8 +116,8 @@ void reduce_chain(ReduceFn fn, void* to, const void* const* sources, int n, size
 // the host's state has passed (it comes and goes within minutes: docs/experiments.md, "Publishing into lines another
 // core holds"). A spell that memcpy's next trial confirms is twice as long as the one before (at most kLongestSpell
 // copies); a fast copy brings it back to kFirstSpell. Copies of kMeasuredBytes or more are timed; smaller ones, one in
-// kSampleEvery (two clock reads would weigh on a 16 KB copy). The first kUnmeasured timed copies count for nothing: they fault in the pages
-// of areas written for the first time, slow in any state.
+// kSampleEvery (two clock reads would weigh on a 16 KB copy). The first kUnmeasured timed copies count for nothing:
+// they fault in the pages of areas written for the first time, slow in any state.
 class PublishPolicy {
  public:
   bool streaming() const { return spell_left_ > 0; }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "base/text.hpp"
 #include "hiercoll/errors.hpp"

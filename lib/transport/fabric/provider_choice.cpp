@@ -136,8 +136,7 @@ void warn_if_efa_unused() {
       if (n <= 0) continue;
       target[n] = 0;
       const char* driver = std::strrchr(target, '/');
-      if (driver && std::strcmp(driver + 1, "efa") == 0)
-        base::append_listed(devices, entry->d_name);
+      if (driver && std::strcmp(driver + 1, "efa") == 0) base::append_listed(devices, entry->d_name);
     }
     closedir(dir);
   }
