@@ -150,7 +150,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   // names and completion state that carry it across can cost more than a small allreduce itself
   // (docs/experiments.md, "The caller's thread"). So, as MPI's blocking calls do, the caller runs it, when it is next
   // in line.
-  if (!settings_.caller_thread || settings_.check_collectives || !take_caller_turn()) return std::nullopt;
+  if (!settings_.caller_thread || settings_.check_collectives || !scheduler_.take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
   // the collective as data and names it only if it is read: naming every call and precise clock reads showed in
   // a small allreduce's profile (`git log -S coarse_now -- lib/engine/collective.cpp` has the figures).
@@ -179,7 +179,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
     state->finish(failure);
     work = Work(state);
   }
-  end_caller_turn();
+  scheduler_.end_caller_turn();
   return work;
 }
 
@@ -187,12 +187,12 @@ std::optional<Work> CommunicatorImpl::run_alone_here(const record::CollectiveNam
                                                      size_t bytes) {
   // As run_here: the caller's turn (refused while anything is queued, or once the communicator broke or was
   // aborted: the progress thread then fails the operation as it should), the record from one coarse clock read.
-  if (settings_.check_collectives || !take_caller_turn()) return std::nullopt;
+  if (settings_.check_collectives || !scheduler_.take_caller_turn()) return std::nullopt;
   const uint64_t seq = flight_.started_here(name, base::coarse_now());
   ++sequence_;  // as every operation
   if (bytes != 0 && out != in) std::memcpy(out, in, bytes);
   flight_.ended_here(seq, true, base::coarse_now());
-  end_caller_turn();
+  scheduler_.end_caller_turn();
   return Work();  // finished: a Work without state
 }
 

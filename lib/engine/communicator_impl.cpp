@@ -22,7 +22,7 @@ std::string describe_op(const algo::OpDescriptor& d) {
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
-  stop_progress();
+  scheduler_.stop();
   // An opening still under way finishes (its waits give up at once if the communicator halted): it uses this
   // communicator's store, and the peers' openings wait for this rank's address.
   if (deferred_) deferred_->join();
@@ -121,10 +121,10 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
     throw;
   }
   device_tickets_ = ticket;
-  Op op;
+  Scheduler::Op op;
   op.what = what;
   op.collective = true;
-  op.run = [this, descriptor, path, ticket, host_half = std::move(host_half)](Op& self) {
+  op.run = [this, descriptor, path, ticket, host_half = std::move(host_half)](Scheduler::Op& self) {
     algo::Channel channel = next_channel(self.what);
     try {
       if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
@@ -137,7 +137,7 @@ Work CommunicatorImpl::enqueue_device_collective(std::string what, const algo::O
   };
   op.skipped = [path] { path->abort(); };
   try {
-    return push(std::move(op), std::make_shared<EventOrder>(path, stream, end));
+    return scheduler_.push(std::move(op), std::make_shared<EventOrder>(path, stream, end));
   } catch (...) {
     path->abort();  // the device work is enqueued, but no host half will run (the EventOrder released `end`)
     throw;
@@ -185,6 +185,80 @@ void CommunicatorImpl::pin_node_memory(const algo::NodeMemory& memory, bool area
       if (auto pinned = endpoint_->pin(staging, bytes)) node_pins_.push_back(std::move(pinned));
     }
   }
+}
+
+// The operations a communicator hands its scheduler (scheduler.hpp), and what running one means.
+
+algo::Channel CommunicatorImpl::next_channel(const std::string& what) {
+  const std::string rank = std::to_string(rank_);
+  std::string name;
+  name.reserve(what.size() + rank.size() + 8);  // one allocation
+  name.append(what).append(" (rank ").append(rank).append(")");
+  return algo::Channel(*endpoint_, world_ranks_, rank_, context_, sequence_++, algo::Clock::now() + timeout(),
+                       std::move(name), algo_config_, scratch_, halted_.aborted());
+}
+
+Work CommunicatorImpl::enqueue_collective(std::string what, const algo::OpDescriptor& descriptor,
+                                          std::function<void(algo::Channel&)> body) {
+  Scheduler::Op op;
+  op.what = std::move(what);
+  op.collective = true;
+  op.run = [this, descriptor, body = std::move(body)](Scheduler::Op& self) {
+    algo::Channel channel = next_channel(self.what);
+    if (settings_.check_collectives) algo::check_agreement(channel, descriptor, describe_op);
+    body(channel);
+  };
+  // Alone, a collective is at most a copy: the caller's thread does it rather than hand it to the progress thread
+  // and wait for it to come back, two thread hand-offs for nothing (a size-1 group is common: a DeviceMesh
+  // dimension of 1).
+  if (size_ == 1) {
+    if (std::optional<Work> done = scheduler_.run_here(op)) return *std::move(done);
+  }
+  return scheduler_.push(std::move(op));
+}
+
+Work CommunicatorImpl::enqueue_p2p(std::string what, int peer,
+                                   std::function<transport::RequestPtr(transport::Endpoint&)> post) {
+  Scheduler::Op op;
+  op.what = std::move(what);
+  op.completes_later = true;
+  op.run = [this, peer, post = std::move(post)](Scheduler::Op& self) {
+    scheduler_.add_p2p(post(*endpoint_), self.state, peer, self.what);
+  };
+  return scheduler_.push(std::move(op));
+}
+
+std::optional<base::Failure> CommunicatorImpl::run_op(Scheduler::Op& op) {
+  std::optional<base::Failure> failure;
+  if (halted_.halted()) {
+    failure = base::Failure{ErrorCode::kRemoteError, {}};
+    halted_.explain(*failure, op.what, watch_ != nullptr);
+  } else if (broken_) {
+    failure =
+        base::Failure{ErrorCode::kRemoteError,
+                      op.what + ": the communicator is broken by an earlier error: " + broken_->message, broken_->lost};
+  }
+  if (failure && op.skipped) {
+    try {
+      op.skipped();
+    } catch (const std::exception& e) {
+      HIERCOLL_LOG(kWarn, op.what << ": releasing its device work failed: " << e.what());
+    }
+  }
+  if (failure && op.collective) flight_.ended(op.flight_seq, false);  // never ran
+  if (!failure) {
+    if (op.collective) flight_.started(op.flight_seq, !scheduler_.on_progress_thread());
+    try {
+      op.run(op);
+    } catch (const Error& e) {
+      failure = base::Failure::of(e);
+    } catch (const std::exception& e) {
+      failure = base::Failure{ErrorCode::kInternal, op.what + ": " + e.what()};
+    }
+    if (op.collective) flight_.ended(op.flight_seq, !failure);
+    if (failure) fail(*failure, op.what, op.collective);
+  }
+  return failure;
 }
 
 }  // namespace hiercoll::engine

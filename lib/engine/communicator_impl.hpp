@@ -1,17 +1,14 @@
 #pragma once
-// The engine behind hiercoll::Communicator: one progress thread owns the endpoint and runs operations in
-// issue order; point-to-point requests complete beside them. A small one-node allreduce may run on its caller's
-// thread instead, when it is next in line (run_here).
+// The engine behind hiercoll::Communicator, a communicator of parts: its scheduler (scheduler.hpp: one progress
+// thread owns the endpoint and runs operations in issue order, point-to-point requests complete beside them, a small
+// one-node collective may run on its caller's thread instead when it is next in line), its halt and failure state
+// (halt.hpp), and what it knows of its ranks, nodes and memory, made at start-up (startup.cpp).
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "algo/agreement.hpp"
@@ -23,6 +20,7 @@
 #include "device/host_queue.hpp"
 #include "engine/collective.hpp"
 #include "engine/halt.hpp"
+#include "engine/scheduler.hpp"
 #include "engine/work_state.hpp"
 #include "gpu/device_path.hpp"
 #include "hiercoll/communicator.hpp"
@@ -43,7 +41,7 @@ std::string describe_op(const algo::OpDescriptor& descriptor);
 struct Call;      // schedules.hpp
 struct Schedule;  // schedules.hpp
 
-class CommunicatorImpl {
+class CommunicatorImpl : private Scheduler::Owner {
  public:
   CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, CommOptions options);
   ~CommunicatorImpl();
@@ -84,7 +82,7 @@ class CommunicatorImpl {
   void on_failure(Communicator::FailureCallback callback) { halted_.on_failure(std::move(callback)); }
   /// Applies to operations the progress thread starts from now on.
   void set_timeout(std::chrono::milliseconds timeout);
-  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeout_ms_.load()); }
   algo::Algorithm choose_allreduce(size_t bytes, bool device = false) const {
     return device ? selector_->choose_for_device(bytes) : selector_->choose(bytes);
   }
@@ -113,24 +111,12 @@ class CommunicatorImpl {
   bool hierarchical_eligible() const { return selector_->hierarchical_eligible(); }
 
  private:
-  /// Stops and joins the progress thread.
-  void stop_progress();
-  struct Op {
-    std::string what;
-    std::function<void(Op&)> run;  // on the progress thread
-    std::shared_ptr<WorkState> state;
-    bool completes_later = false;   // point-to-point: finished by poll_p2p, not when run returns
-    std::function<void()> skipped;  // device work: releases what the caller's thread prepared if run never runs
-    bool collective = false;        // recorded by the flight recorder
-    uint64_t flight_seq = 0;
-  };
-  struct PendingP2P {
-    transport::RequestPtr request;
-    std::shared_ptr<WorkState> state;
-    int peer;
-    algo::Clock::time_point deadline;
-    std::string what;
-  };
+  // Scheduler::Owner: what the scheduler asks of the communicator.
+  std::optional<base::Failure> run_op(Scheduler::Op& op) override;
+  transport::Endpoint& endpoint() override { return *endpoint_; }
+  base::Failure halt_reason() override { return halted_.reason(); }
+  [[noreturn]] void throw_stopped(const std::string& what) override { halted_.throw_stopped(what); }
+  uint64_t record_queued(const std::string& what) override { return flight_.queued(what); }
 
   /// Start-up, in order: the peer watch, every rank's node and CPUs (the layout), the node's memory, the fabric.
   /// `store` is *store_.
@@ -167,25 +153,13 @@ class CommunicatorImpl {
   /// The cost model's figures changed (the provider's chunk, the probe's): the selector and the rails' crossover are
   /// made again from them. Start-up only, before the first collective is issued.
   void refit_model();
-  void progress_loop();
   static constexpr std::chrono::milliseconds kQuiesceLimit{1000};
-  /// Runs `op` on this thread and says whether it failed; its Work is left for finish_op, so that the progress
-  /// thread can give the turn back before the waiting caller wakes (progress_loop).
-  std::optional<base::Failure> run_op(Op& op);
-  /// Finishes `op`'s Work after run_op, unless it completes later (point-to-point, finished by poll_p2p).
-  static void finish_op(Op& op, std::optional<base::Failure> failure);
   /// Operation `what` failed on this rank, whichever thread ran it (run_op, run_here): the failure is explained
   /// (HaltState::explain; a collective's also by on_collective_failure), then the communicator breaks on it
   /// (break_on).
   void fail(base::Failure& failure, const std::string& what, bool collective);
   /// A collective failed: a timeout's message learns which ranks are behind; the record is written out if asked.
   void on_collective_failure(base::Failure& failure);
-  /// Finishes the point-to-point requests that completed or passed their deadline; with `all_failed`, every one
-  /// still pending fails with it (its message after the request's name).
-  void poll_p2p(const base::Failure* all_failed = nullptr);
-  /// Halted: cancels the point-to-point requests still posted; their Works fail with the halt's reason.
-  void fail_pending_p2p();
-  Work push(Op op, std::shared_ptr<StreamOrder> stream_order = nullptr);
   /// The device path for buffers on `device`, made at the first call; under device_mutex_. `what` names the call
   /// in the error when the communicator's device buffers live on another device.
   std::shared_ptr<gpu::DevicePath> device_path(int device, const char* what);
@@ -197,16 +171,9 @@ class CommunicatorImpl {
   /// nullopt, and it is enqueued.
   std::optional<Work> run_here(const Collective& c, algo::Algorithm algorithm, const Schedule& schedule,
                                const Call& call);
-  /// An operation of the queue's kind on the caller's thread, under the same rule: its finished Work, or nullopt
-  /// (and `op` untouched) if it must be enqueued.
-  std::optional<Work> run_here(Op& op);
   /// A collective of host buffers on a communicator of one rank, on the caller's thread under the same rule: `bytes`
   /// of `in` copied to `out` (nothing in place), recorded; its finished Work, or nullopt if it must be enqueued.
   std::optional<Work> run_alone_here(const record::CollectiveName& name, void* out, const void* in, size_t bytes);
-  /// The caller's turn to run an operation (run_here): taken only while the progress thread is idle with nothing
-  /// queued or pending, and the communicator can still run operations; given back by end_caller_turn().
-  bool take_caller_turn();
-  void end_caller_turn();
   /// After operation `what` failed with `failure`: later operations fail with it (a PeerLostError stays one);
   /// pending requests are cancelled.
   void break_on(const std::string& what, const base::Failure& failure);
@@ -249,22 +216,6 @@ class CommunicatorImpl {
   std::vector<std::shared_ptr<const void>> node_pins_;
   bool device_memory_pinned_ = false;  // the device path's staging buffers, pinned at their first use
 
-  std::mutex mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<Op> queue_;
-  bool stopping_ = false;
-  // Operations run one at a time, in issue order: on the progress thread, or (run_here) on the caller's thread
-  // while the progress thread is idle (waiting, with nothing queued or pending) and stays so. Who may run is one
-  // word, so that a caller takes and gives back its turn with one atomic instruction each instead of a lock and an
-  // unlock of mutex_ each (a visible share of a small call: docs/design.md). kTurnBusy: the progress
-  // thread is not idle or something is queued (set by push() and cleared by the progress thread as it goes idle,
-  // both under mutex_); kTurnClosed: stopping or broken, for good; kTurnCaller: a caller runs an operation.
-  static constexpr uint32_t kTurnCaller = 1, kTurnBusy = 2, kTurnClosed = 4;
-  std::atomic<uint32_t> turn_{kTurnBusy};
-  // The progress thread sleeps in the endpoint for point-to-point work (set under mutex_): push() wakes it. The
-  // slice bounds how late a point-to-point timeout is reported.
-  std::atomic<bool> asleep_in_endpoint_{false};
-  static constexpr std::chrono::milliseconds kP2pSleep{50};
   // Why it halted and who was told (abort(), a peer's loss, the on_failure callback): halt.hpp. Before watch_,
   // whose thread reports into it, so that it outlives the watch.
   HaltState halted_;
@@ -273,8 +224,8 @@ class CommunicatorImpl {
   std::atomic<int64_t> timeout_ms_;
   // The first fatal error; later operations fail with it (whoever runs operations: see above).
   std::optional<base::Failure> broken_;
-  std::list<PendingP2P> p2p_;  // progress thread only
-  std::thread thread_;
+  // Last: its progress thread runs operations on everything above, and stops before any of it goes.
+  Scheduler scheduler_{*this, halted_.aborted(), settings_.caller_thread};
 };
 
 }  // namespace hiercoll::engine

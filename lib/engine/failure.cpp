@@ -17,7 +17,7 @@ namespace hiercoll::engine {
 void CommunicatorImpl::abort() {
   halted_.mark_self_aborted();
   halt("the communicator was aborted");
-  stop_progress();
+  scheduler_.stop();
   if (watch_) watch_->leave(/*aborted=*/true);  // the peers' operations with this rank cannot finish: they hear it
 }
 
@@ -28,7 +28,7 @@ void CommunicatorImpl::halt(const std::string& reason, std::optional<base::Failu
   // Not under device_mutex_: an issue holds it for as long as a first call's IPC rendezvous takes.
   if (auto path = std::atomic_load(&device_)) path->abort();  // device-side waits give up too
   device::HostQueue::wake_sleepers();  // and flag waits asleep within the node, now rather than at their slice's end
-  queue_cv_.notify_all();
+  scheduler_.wake();
 }
 
 void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, bool collective) {
@@ -40,13 +40,13 @@ void CommunicatorImpl::fail(base::Failure& failure, const std::string& what, boo
 void CommunicatorImpl::break_on(const std::string& what, const base::Failure& failure) {
   broken_ = failure;
   if (!halted_.self_aborted()) halted_.report_failure(failure.code, failure.message);
-  turn_.fetch_or(kTurnClosed, std::memory_order_release);  // later operations go to the progress thread: it fails them
+  scheduler_.close_turn();  // later operations go to the progress thread: it fails them
   HIERCOLL_LOG(kWarn, failure.message);
   // Requests of the failed operation may still be posted: cancel them all, the communicator is done.
   endpoint_->cancel_all(what + " failed");
   const base::Failure all{ErrorCode::kRemoteError, "the communicator is broken by an earlier error: " + failure.message,
                           failure.lost};
-  poll_p2p(&all);
+  scheduler_.poll_p2p(&all);
 }
 
 void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
@@ -70,12 +70,6 @@ void CommunicatorImpl::on_collective_failure(base::Failure& failure) {
       HIERCOLL_LOG(kWarn, "HIERCOLL_FLIGHT_DUMP: cannot write " << path);
     }
   }
-}
-
-void CommunicatorImpl::fail_pending_p2p() {
-  const base::Failure why = halted_.reason();  // set: aborted() is set with it
-  endpoint_->cancel_all(why.message);
-  poll_p2p(&why);
 }
 
 }  // namespace hiercoll::engine

@@ -130,7 +130,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   store_ = std::make_shared<PrefixStore>("hiercoll/" + instance, std::move(store));
   try {
     bootstrap(*store_, instance);
-    thread_ = std::thread([this] { progress_loop(); });
+    scheduler_.start();
     // Everyone has connected and attached once this barrier passes: the shared-memory segment's name is no longer
     // needed. Through the node's memory where the fabric opens later: it says nothing of the fabric then.
     const Schedule& barrier =
@@ -144,7 +144,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     // A constructor that throws runs no destructor: the progress thread must be joined here, or destroying the
     // joinable std::thread member terminates the process instead of raising the error. The peers hear that this
     // rank aborted: they fail now rather than wait for it to the timeout.
-    stop_progress();
+    scheduler_.stop();
     if (watch_) watch_->leave(/*aborted=*/true);
     throw;
   }
