@@ -20,6 +20,7 @@ run() {  # run NAME: the soak, with whatever fault the caller set up; prints eac
   start=$(date +%s%N)
   "$launch" -n 4 --ranks-per-node 2 --netns hc --tcp-store --keep-going --timeout 180 \
     -x HIERCOLL_FABRIC_PROVIDER="${FAULTS_PROVIDER:-tcp}" -x HIERCOLL_TIMEOUT_MS=30000 -x HIERCOLL_SOAK_ITERATIONS="$iterations" \
+    -x HIERCOLL_TEST_BACKTRACE=1 \
     -- "$worker" soak >"$log" 2>&1
   status=$?
   local took=$(( ($(date +%s%N) - start) / 1000000 ))

@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*"; cat "$dir/out"; exit 1; }
 # A collective timeout far past the heartbeat timeout: the heartbeats, not a collective's deadline, must end it.
 "$launch" -n 4 --ranks-per-node 2 --netns hc --tcp-store --keep-going --timeout 120 \
   -x HIERCOLL_FABRIC_PROVIDER=tcp -x HIERCOLL_TIMEOUT_MS=60000 -x HIERCOLL_HEARTBEAT_TIMEOUT_MS=$heartbeat_ms \
-  -x HIERCOLL_SOAK_ITERATIONS=100000000 -- bash -c "exec -a hiercoll-partition-$$ $worker soak" >"$dir/out" 2>&1 &
+  -x HIERCOLL_SOAK_ITERATIONS=100000000 -x HIERCOLL_TEST_BACKTRACE=1 -- bash -c "exec -a hiercoll-partition-$$ $worker soak" >"$dir/out" 2>&1 &
 launcher=$!
 # Running, and past start-up: every rank has made its communicator and is in the soak's collectives.
 sleep 3
