@@ -17,11 +17,15 @@
 namespace py = pybind11;
 
 namespace {
-// The communicator behind a hiercoll process group, for the module's functions that take one from Python.
-hiercoll::Communicator& communicator_of(const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
+// The hiercoll process group behind a torch Backend, for the module's functions that take one from Python.
+hiercoll_torch::ProcessGroupHiercoll& group_of(const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
   auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
   TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
-  return ours->communicator();
+  return *ours;
+}
+
+hiercoll::Communicator& communicator_of(const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group) {
+  return group_of(group).communicator();
 }
 
 // The creator torch.distributed calls for backend "hiercoll", and what the extension was built as.
@@ -49,9 +53,7 @@ void define_group_queries(py::module_& m) {
   m.def(
       "_record_flight",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, std::optional<bool> on) {
-        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
-        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
-        hiercoll_torch::GroupRecord* record = ours->flight_record();
+        hiercoll_torch::GroupRecord* record = group_of(group).flight_record();
         if (record != nullptr && on) record->enable(*on);
         return record != nullptr && record->enabled();
       },
@@ -77,17 +79,16 @@ void define_probes(py::module_& m) {
   m.def(
       "_record_calls",
       [](const c10::intrusive_ptr<hiercoll_torch::compat::BackendBase>& group, at::Tensor tensor, int calls) {
-        auto* ours = dynamic_cast<hiercoll_torch::ProcessGroupHiercoll*>(group.get());
-        TORCH_CHECK(ours != nullptr, "not a hiercoll process group");
+        hiercoll_torch::ProcessGroupHiercoll& ours = group_of(group);
         TORCH_CHECK(calls > 0, "_record_calls: calls must be positive, got ", calls);
-        hiercoll_torch::GroupRecord* record = ours->flight_record();
+        hiercoll_torch::GroupRecord* record = ours.flight_record();
         TORCH_CHECK(record != nullptr, "_record_calls: this build does not record natively");
         const std::vector<at::Tensor> tensors{tensor};
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < calls; ++i) {
           // What a recorded all_reduce asks of torch's recorder, and nothing else: its entry, then its retirement.
-          hiercoll_torch::GroupRecord::retire(
-              record->record(*ours, c10d::OpType::ALLREDUCE, 0, false, tensors, tensors), 0.0f);
+          hiercoll_torch::GroupRecord::retire(record->record(ours, c10d::OpType::ALLREDUCE, 0, false, tensors, tensors),
+                                              0.0f);
         }
         return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
       },

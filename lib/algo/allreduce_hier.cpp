@@ -154,23 +154,10 @@ class PipelinedRun {
         staged_(m.network_staging[0] != nullptr),        // device data: the network works on a host copy
         network_(h.rail.size() > 1),
         staged_wait_(issue.wait("intra-node reduce-scatter")),
-        published_wait_(issue.wait("intra-node allgather")) {
-    // One node, host memory: a rank stages only the shards the others reduce and reads its own from its input, and
-    // reduces its shard in one pass into both its area, published as it is, and its output, so the gather copies
-    // only the others' shards. Per rank, 2 ranks: 4 bytes of memory traffic per byte of the piece, where staging
-    // everything and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the
-    // rank's own shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as
-    // large as the cache is reduced into the area alone and the rank's own shard copied from there after the
-    // others' (`both_` false), which measured faster there whether or not the ranks' cores share that cache
-    // (docs/experiments.md, "Measured design decisions"). So is a small share (under h.output_share_bytes per
-    // rank): writing it to the output as well, before the signal the other ranks wait for, measured slower at 4
-    // ranks than copying it from the area (still in cache at that size) after the gather (docs/experiments.md, "The
-    // output copy of a small shard"). Across nodes the shard is reduced into `out` for the network phase; on device
-    // memory every copy is a kernel launch, and one copy of the piece costs less than two.
-    direct_ = !network_ && queue_.kind() == device::MemoryKind::kHost;
-    const size_t bytes = count * elem_;
-    both_ = direct_ && bytes < h.cached_output_bytes && bytes / static_cast<size_t>(L_) >= h.output_share_bytes;
-  }
+        published_wait_(issue.wait("intra-node allgather")),
+        direct_(!network_ && queue_.kind() == device::MemoryKind::kHost),
+        both_(direct_ && count * elem_ < h.cached_output_bytes &&
+              count * elem_ / static_cast<size_t>(L_) >= h.output_share_bytes) {}
 
   // Software pipeline: piece p crosses the network while the reduce-scatter of piece p+1 and then the allgather of
   // piece p-1 are issued.
@@ -283,7 +270,19 @@ class PipelinedRun {
   const uint64_t signature_;
   const bool staged_, network_;
   const device::WaitContext staged_wait_, published_wait_;
-  bool direct_ = false, both_ = false;
+  // One node, host memory: a rank stages only the shards the others reduce and reads its own from its input, and
+  // reduces its shard in one pass into both its area, published as it is, and its output, so the gather copies
+  // only the others' shards. Per rank, 2 ranks: 4 bytes of memory traffic per byte of the piece, where staging
+  // everything and publishing a copy of the result took 5.5 (and reducing into the area alone, then gathering the
+  // rank's own shard from it, 4.5). That holds while the output can stay in the last-level cache: a message as
+  // large as the cache is reduced into the area alone and the rank's own shard copied from there after the
+  // others' (`both_` false), which measured faster there whether or not the ranks' cores share that cache
+  // (docs/experiments.md, "Measured design decisions"). So is a small share (under h.output_share_bytes per
+  // rank): writing it to the output as well, before the signal the other ranks wait for, measured slower at 4
+  // ranks than copying it from the area (still in cache at that size) after the gather (docs/experiments.md, "The
+  // output copy of a small shard"). Across nodes the shard is reduced into `out` for the network phase; on device
+  // memory every copy is a kernel launch, and one copy of the piece costs less than two.
+  const bool direct_, both_;
 };
 
 }  // namespace

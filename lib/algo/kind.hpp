@@ -77,6 +77,9 @@ constexpr bool is_kind(Kind kind) { return static_cast<size_t>(kind) >= 1 && sta
 /// The row of `kind`, which must be one (is_kind).
 constexpr const KindRow& row_of(Kind kind) { return kKindRows[static_cast<size_t>(kind) - 1]; }
 
+/// Whether a kind moves data at all (a barrier does not: its name is all there is to say of it).
+constexpr bool has_buffers(const KindRow& row) { return row.in != Extent::kNone || row.out != Extent::kNone; }
+
 inline const char* to_string(Kind kind) { return is_kind(kind) ? row_of(kind).name : "?"; }
 
 }  // namespace hiercoll::algo

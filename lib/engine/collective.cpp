@@ -150,7 +150,7 @@ std::optional<Work> CommunicatorImpl::run_here(const Collective& c, algo::Algori
   // names and completion state that carry it across can cost more than a small allreduce itself
   // (docs/experiments.md, "The caller's thread"). So, as MPI's blocking calls do, the caller runs it, when it is next
   // in line.
-  if (!settings_.caller_thread || settings_.check_collectives || !scheduler_.take_caller_turn()) return std::nullopt;
+  if (settings_.check_collectives || !scheduler_.take_caller_turn()) return std::nullopt;
   // The record and the deadline from one coarse clock read (milliseconds are enough for both); the record keeps
   // the collective as data and names it only if it is read: naming every call and precise clock reads showed in
   // a small allreduce's profile (`git log -S coarse_now -- lib/engine/collective.cpp` has the figures).

@@ -12,7 +12,6 @@
 #include "algo/background.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
-#include "base/text.hpp"
 #include "engine/communicator_impl.hpp"
 #include "engine/schedules.hpp"
 #include "hiercoll/errors.hpp"

@@ -24,7 +24,7 @@ void describe_into(std::string& out, algo::Kind kind, size_t count, DataType typ
     return;
   }
   const algo::KindRow& row = algo::row_of(kind);
-  if (row.in == algo::Extent::kNone && row.out == algo::Extent::kNone) {  // a barrier: its name alone
+  if (!algo::has_buffers(row)) {  // a barrier: its name alone
     out.append(row.name);
     return;
   }
@@ -33,7 +33,7 @@ void describe_into(std::string& out, algo::Kind kind, size_t count, DataType typ
 
 void describe_into(std::string& out, const CollectiveName& name) {
   describe_into(out, name.kind, name.count, name.type, name.op, name.root);
-  if (algo::is_kind(name.kind) && algo::row_of(name.kind).in == algo::Extent::kNone) return;  // a barrier
+  if (algo::is_kind(name.kind) && !algo::has_buffers(algo::row_of(name.kind))) return;  // a barrier
   out.append(" [").append(algo::to_string(name.algorithm)).append(name.on_device ? ", device]" : "]");
 }
 
